@@ -1,0 +1,34 @@
+# The README's two commands: `make demo` and `make test`. Each builds .venv/ first.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# Without a GPU take the local CPU build; never let pip pull the multi-GB CUDA wheel there.
+TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
+SAMPLE ?= build/sample
+DEMO   ?= build/demo
+
+.PHONY: install test demo clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+test: install
+	$(BIN)/python -m pytest -q
+
+demo: install
+	$(BIN)/python tools/make_sample.py --out $(SAMPLE) --overwrite
+	$(BIN)/datapipe convert $(SAMPLE) $(DEMO)/sample.lmdb --overwrite
+	$(BIN)/datapipe convert $(SAMPLE) $(DEMO)/sample.h5 --overwrite
+	$(BIN)/datapipe convert $(SAMPLE) $(DEMO)/sample.wds --overwrite
+	$(BIN)/datapipe info $(DEMO)/sample.lmdb
+	$(BIN)/datapipe info $(DEMO)/sample.h5
+	$(BIN)/datapipe info $(DEMO)/sample.wds
+
+clean:
+	rm -rf build $(VENV)

@@ -1,0 +1,214 @@
+"""`convert`: read and validate images in parallel, write them through datapipe.formats, finish atomically.
+
+Workers read and check files (datapipe.decode.check_image); the main process writes in plan order,
+so the output is identical for any number of workers and after any --resume. Every
+`checkpoint_every` files the writer makes its data durable and then the progress file is replaced.
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from datapipe.decode import BadImageError, check_image
+from datapipe.formats import FormatSpec, format_for, staging_path
+from datapipe.records import Manifest, Record, SplitInfo, record_digest
+
+from .plan import Plan, Task, make_plan
+from .staging import Progress, mismatched_arguments, publish, remove
+
+log = logging.getLogger(__name__)
+DEFAULT_SHARD_BYTES = 256 << 20
+
+
+class ConvertError(ValueError):
+    """A conversion that cannot go on; the message says which file or option and what to do."""
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    """How to convert; only `content_arguments()` decide what is written (workers, progress do not)."""
+
+    format: str | None = None
+    workers: int = 0
+    overwrite: bool = False
+    resume: bool = False
+    strict: bool = False
+    resize_max: int | None = None
+    quality: int = 90
+    shard_bytes: int = DEFAULT_SHARD_BYTES
+    labels: str | None = None
+    layout: str = "auto"
+    split: str | None = None
+    seed: int = 0
+    checkpoint_every: int = 1000
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.workers < 0:
+            raise ValueError(f"workers must be >= 0 (0 = all cores), got {self.workers}")
+        if self.resize_max is not None and self.resize_max < 8:
+            raise ValueError(f"resize_max must be at least 8 pixels, got {self.resize_max}")
+        if not 1 <= self.quality <= 100:
+            raise ValueError(f"quality must be within 1..100, got {self.quality}")
+        if self.shard_bytes < 1 << 20:
+            raise ValueError(f"shard size must be at least 1 MB, got {self.shard_bytes} bytes")
+        if self.checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
+
+    def content_arguments(self, spec: FormatSpec) -> dict[str, Any]:
+        return {"format": spec.name, "resize_max": self.resize_max, "quality": self.quality,
+                "shard_bytes": self.shard_bytes, "labels": self.labels, "layout": self.layout,
+                "split": self.split, "seed": self.seed}
+
+
+@dataclass
+class ConvertReport:
+    """What a conversion wrote: per-split info (counts, bytes, skipped), time, and throughput."""
+
+    dst: Path
+    format: str
+    splits: dict[str, SplitInfo]
+    seconds: float
+    processed: int
+
+    @property
+    def images_per_s(self) -> float:
+        return self.processed / self.seconds if self.seconds else 0.0
+
+    @property
+    def skipped(self) -> int:
+        return sum(len(s.skipped) for s in self.splits.values())
+
+
+_WORKER_OPTIONS: dict[str, Any] = {}
+
+
+def _init_worker(resize_max: int | None, quality: int) -> None:
+    _WORKER_OPTIONS.update(resize_max=resize_max, quality=quality)
+
+
+def _prepare(path: str) -> tuple[bytes | None, str]:
+    """Read and check one file in a worker: (bytes to store, "") or (None, reason it is bad)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        return check_image(raw, **_WORKER_OPTIONS).data, ""
+    except BadImageError as exc:
+        return None, str(exc)
+    except OSError as exc:
+        return None, f"unreadable: {exc.strerror or exc}"
+
+
+def _results(tasks: list[Task], workers: int, options: ConvertOptions) -> Iterator[tuple[bytes | None, str]]:
+    paths = [t.path for t in tasks]
+    if workers == 1:
+        _init_worker(options.resize_max, options.quality)
+        yield from map(_prepare, paths)
+        return
+    with multiprocessing.get_context("fork").Pool(
+            workers, initializer=_init_worker, initargs=(options.resize_max, options.quality)) as pool:
+        yield from pool.imap(_prepare, paths, chunksize=8)
+
+
+def _start(src: Path, dst: Path, options: ConvertOptions, spec: FormatSpec, plan: Plan,
+           staging: Path) -> tuple[Any, Progress]:
+    """Open the writer on a fresh staging folder, or restore it from the last checkpoint (--resume)."""
+    arguments = options.content_arguments(spec)
+    progress = Progress.load(staging) if options.resume and staging.exists() else None
+    if progress is not None:
+        diff = mismatched_arguments(progress.arguments, arguments)
+        if diff:
+            raise ConvertError(f"--resume with other options than the interrupted run ({'; '.join(diff)}); "
+                               "pass the same options, or --overwrite to start over")
+        if progress.fingerprint != plan.fingerprint:
+            raise ConvertError(f"{src} changed since the interrupted conversion; --overwrite starts over")
+        try:
+            writer = spec.writer(staging, size_hint=plan.input_bytes, shard_bytes=options.shard_bytes)
+            writer.restore(progress.writer, progress.counts())
+            log.info("resuming %s after %d of %d files", dst, progress.done, len(plan.tasks))
+            return writer, progress
+        except Exception as exc:  # a crash can leave a store its library refuses to reopen
+            log.warning("cannot reopen the interrupted output (%s); converting from the start", exc)
+    remove(staging)
+    progress = Progress(plan.fingerprint, arguments, splits={s: SplitInfo(skipped=list(v))
+                                                             for s, v in plan.skipped.items()})
+    writer = spec.writer(staging, size_hint=plan.input_bytes, shard_bytes=options.shard_bytes)
+    progress.save(staging)
+    return writer, progress
+
+
+def _check_destination(src: Path, dst: Path, staging: Path, options: ConvertOptions) -> None:
+    if dst.resolve() == src.resolve() or src.resolve() in dst.resolve().parents:
+        raise ConvertError(f"the destination {dst} must not be the source folder or inside it")
+    if dst.exists() and not options.overwrite:
+        raise ConvertError(f"{dst} already exists; pass --overwrite to replace it")
+    if staging.exists() and not (options.resume or options.overwrite):
+        raise ConvertError(f"an interrupted conversion left {staging}; pass --resume to finish it "
+                           "or --overwrite to start over")
+
+
+def convert(src: str | Path, dst: str | Path, options: ConvertOptions = ConvertOptions()) -> ConvertReport:
+    """Pack the image folder `src` into `dst` (format from its suffix or options.format)."""
+    src, dst = Path(src), Path(dst)
+    spec = format_for(dst, options.format)
+    staging = staging_path(dst)
+    _check_destination(src, dst, staging, options)
+    plan = make_plan(src, labels=options.labels, layout=options.layout, split=options.split,
+                     shuffle_seed=options.seed if spec.shuffle_on_write else None)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    writer, progress = _start(src, dst, options, spec, plan, staging)
+    started = time.perf_counter()
+    try:
+        processed = _write_all(plan, writer, progress, staging, options)
+    except BaseException:
+        writer.abort()
+        raise
+    seconds = time.perf_counter() - started
+    manifest = Manifest(spec.name, plan.classes, progress.splits,
+                        arguments={**progress.arguments, "source": str(src.resolve())},
+                        created=datetime.now(timezone.utc).isoformat(timespec="seconds"), seconds=round(seconds, 3))
+    writer.close(manifest)
+    publish(writer.payload, staging, dst)
+    return ConvertReport(dst, spec.name, progress.splits, seconds, processed)
+
+
+def _write_all(plan: Plan, writer: Any, progress: Progress, staging: Path, options: ConvertOptions) -> int:
+    """Validate and write every task after `progress.done`; checkpoint as it goes. Returns files processed."""
+    todo = plan.tasks[progress.done:]
+    workers = options.workers or os.cpu_count() or 1
+    bar = tqdm(total=len(plan.tasks), initial=progress.done, unit="img", disable=not options.progress,
+               dynamic_ncols=True, smoothing=0.05)
+    megabytes, last, started = 0.0, 0.0, time.perf_counter()
+    with bar:
+        for task, (data, reason) in zip(todo, _results(todo, min(workers, max(1, len(todo))), options)):
+            info = progress.splits[task.split]
+            if data is None:
+                if options.strict:
+                    remove(staging)
+                    raise ConvertError(f"{task.path}: {reason} (--strict stops at the first bad file)")
+                log.debug("skipping %s: %s", task.path, reason)
+                info.skipped.append({"path": task.relpath, "reason": reason})
+            else:
+                record = Record(task.key, data, task.label, task.relpath, record_digest(task.key, task.label, data))
+                writer.write(task.split, info.samples, record)
+                info.add(record)
+                megabytes += len(data) / 1e6
+            progress.done += 1
+            if progress.done % options.checkpoint_every == 0:
+                progress.writer = writer.checkpoint()
+                progress.save(staging)
+            bar.update()
+            now = time.perf_counter()
+            if now - last > 0.5:
+                bar.set_postfix_str(f"{megabytes / (now - started):.1f} MB/s", refresh=False)
+                last = now
+    return len(todo)

@@ -1,0 +1,69 @@
+"""What a conversion will write: every input file in write order, with its split, key and label."""
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from datapipe.scan import FolderLayout, scan_folder, scan_labelled
+
+
+@dataclass(frozen=True)
+class Task:
+    """One input file to read, validate and store."""
+
+    split: str
+    path: str
+    relpath: str
+    key: str
+    label: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """All tasks in write order plus what the scan already rejected; the fingerprint pins it for --resume."""
+
+    classes: list[str]
+    tasks: list[Task]
+    skipped: dict[str, list[dict[str, str]]]
+    input_bytes: int
+    fingerprint: str
+
+    @property
+    def splits(self) -> list[str]:
+        return list(self.skipped)
+
+
+def _ordered_splits(names: list[str]) -> list[str]:
+    return sorted(names, key=lambda s: (s not in ("train", "training"), s))
+
+
+def plan_from_layout(layout: FolderLayout, *, shuffle_seed: int | None) -> Plan:
+    """Tasks split by split (train first); within a split sorted like ImageFolder, or shuffled by seed."""
+    tasks: list[Task] = []
+    digest = hashlib.sha256()
+    total = 0
+    for split in _ordered_splits(list(layout.splits)):
+        files = list(layout.splits[split])
+        if shuffle_seed is not None:
+            random.Random(f"{shuffle_seed}/{split}").shuffle(files)
+        for f in files:
+            size = os.stat(f.path).st_size
+            total += size
+            digest.update(f"{split}\0{f.relpath}\0{f.label}\0{size}\n".encode())
+            tasks.append(Task(split, str(f.path), f.relpath, f.key, f.label))
+    digest.update("\0".join(layout.classes.classes).encode())
+    skipped = {s: list(layout.skipped.get(s, [])) for s in _ordered_splits(list(layout.splits))}
+    return Plan(list(layout.classes.classes), tasks, skipped, total, digest.hexdigest())
+
+
+def make_plan(src: str | Path, *, labels: str | Path | None = None, layout: str = "auto",
+              split: str | None = None, shuffle_seed: int | None = None) -> Plan:
+    """Scan `src` (ImageNet layout, or flat with a labels CSV) and order what will be written."""
+    if labels is not None:
+        scanned = scan_labelled(src, labels, split=split or "val")
+    else:
+        scanned = scan_folder(src, layout=layout, split=split or "train")
+    return plan_from_layout(scanned, shuffle_seed=shuffle_seed)

@@ -1,0 +1,133 @@
+"""The `datapipe` command: parse, call one library function, print. Environment reads live here only."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+from collections.abc import Callable, Sequence
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 1 << 10, "mi": 1 << 20,
+          "gi": 1 << 30, "ti": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """'256MB' -> 256000000, '1GiB' -> 1073741824, '5000' -> 5000."""
+    m = _SIZE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size; write e.g. 256MB, 1GB or 1048576")
+    unit = (m.group(2) or "").lower().rstrip("b")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return str(n)
+
+
+def _add_convert(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("convert", help="pack an image folder into LMDB (.lmdb), HDF5 (.h5) or WebDataset (.wds)")
+    p.add_argument("src", help="image folder: SRC/CLASS/* or SRC/SPLIT/CLASS/*, or flat with --labels")
+    p.add_argument("dst", help="output: *.lmdb, *.h5/*.hdf5, or *.wds (a folder of shards)")
+    p.add_argument("--format", choices=["lmdb", "hdf5", "wds"], help="override the format the suffix selects")
+    p.add_argument("--workers", type=int, default=0, help="reader processes (default: all cores)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.add_argument("--resume", action="store_true", help="finish an interrupted conversion")
+    p.add_argument("--strict", action="store_true", help="stop at the first bad file instead of skipping it")
+    p.add_argument("--resize-max", type=int, metavar="N", help="re-encode as JPEG, shorter side at most N")
+    p.add_argument("--quality", type=int, default=90, help="JPEG quality with --resize-max (default 90)")
+    p.add_argument("--shard-size", type=parse_size, default="256MB", help="WebDataset shard size (default 256MB)")
+    p.add_argument("--labels", metavar="CSV", help="flat folder: CSV of filename,class rows")
+    p.add_argument("--layout", choices=["auto", "classes", "splits"], default="auto",
+                   help="SRC/CLASS/* (classes) or SRC/SPLIT/CLASS/* (splits); auto looks for train/val")
+    p.add_argument("--split", help="split name for a single-split source (default train; val with --labels)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the WebDataset write-time shuffle")
+    p.add_argument("--checkpoint-every", type=int, default=1000, metavar="N",
+                   help="files between resumable checkpoints (default 1000)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(run=_run_convert)
+
+
+def _run_convert(args: argparse.Namespace) -> int:
+    from converters import ConvertOptions, convert
+
+    options = ConvertOptions(
+        format=args.format, workers=args.workers, overwrite=args.overwrite, resume=args.resume,
+        strict=args.strict, resize_max=args.resize_max, quality=args.quality, shard_bytes=args.shard_size,
+        labels=args.labels, layout=args.layout, split=args.split, seed=args.seed,
+        checkpoint_every=args.checkpoint_every, progress=not args.quiet and sys.stderr.isatty())
+    try:
+        report = convert(args.src, args.dst, options)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: run `datapipe convert {args.src} {args.dst} --resume` to finish", file=sys.stderr)
+        return 130
+    total_bytes = sum(s.bytes for s in report.splits.values())
+    print(f"wrote {report.dst} ({report.format}) in {report.seconds:.1f} s: {report.processed} files, "
+          f"{report.images_per_s:.0f} img/s, {_human(total_bytes / max(report.seconds, 1e-9))}/s")
+    for name, info in report.splits.items():
+        print(f"  {name}: {info.samples} samples, {_human(info.bytes)}, {len(info.skipped)} skipped")
+    skipped = [bad for info in report.splits.values() for bad in info.skipped]
+    for bad in skipped[:20]:
+        print(f"  skipped {bad['path']}: {bad['reason']}")
+    if len(skipped) > 20:
+        print(f"  ... and {len(skipped) - 20} more: `datapipe info {args.dst} --json` lists them all")
+    return 0
+
+
+def _run_info(args: argparse.Namespace) -> int:
+    from .inspect import describe
+
+    body = describe(args.path)
+    if args.json:
+        print(json.dumps(body, indent=2))
+        return 0
+    print(f"{body['path']}: {body['format']}, {len(body['classes'])} classes")
+    for name, s in body["splits"].items():
+        extra = f", {_human(s['bytes'])}" if "bytes" in s else ""
+        extra += f", {s['shards']} shards" if s.get("shards") else ""
+        print(f"  {name}: {s['samples']} samples{extra}, {len(s['skipped'])} skipped")
+    return 0
+
+
+def _run_verify(args: argparse.Namespace) -> int:
+    from .inspect import verify
+
+    report = verify(args.path, progress=sys.stderr.isatty())
+    if report.ok:
+        print(f"{args.path}: OK, {report.records} records match their checksums and the manifest")
+        return 0
+    print(f"{args.path}: DAMAGED, {len(report.problems)} problem(s); first: {report.problems[0]}")
+    for line in report.problems[1:20]:
+        print(f"  {line}")
+    return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="datapipe", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_convert(sub)
+    p = sub.add_parser("info", help="describe a packed dataset (or an image folder)")
+    p.add_argument("path")
+    p.add_argument("--json", action="store_true", help="print the description as JSON")
+    p.set_defaults(run=_run_info)
+    p = sub.add_parser("verify", help="re-read every record and check it against the manifest's checksums")
+    p.add_argument("path")
+    p.set_defaults(run=_run_verify)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
+    run: Callable[[argparse.Namespace], int] = args.run
+    try:
+        return run(args)
+    except (ValueError, FileNotFoundError, ImportError) as exc:
+        print(f"datapipe {args.command}: error: {exc}", file=sys.stderr)
+        return 2

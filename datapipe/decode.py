@@ -1,0 +1,139 @@
+"""CPU image decode with one RGB rule for every backend, and the converters' validator.
+
+The rule: EXIF orientation applied, CMYK/palette/alpha/16-bit converted to 8-bit RGB the way
+`to_rgb` does. Images any decoder reads the same way (8-bit RGB or grayscale JPEG/PNG without an
+EXIF rotation) are stored as their original bytes; every other image is stored as a lossless PNG of
+its `to_rgb` pixels, so DALI (nvJPEG, libjpeg-turbo) and PIL decode one record to the same pixels.
+"""
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+EXIF_ORIENTATION = 0x0112
+PLAIN_MODES = ("RGB", "L")
+_MAGIC = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG\r\n\x1a\n", "png"))
+
+
+class BadImageError(ValueError):
+    """An input that is not a usable image; the message is the reason reported for it."""
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A validated image: the bytes to store, their extension, and what was done to them."""
+
+    data: bytes
+    ext: str
+    width: int
+    height: int
+    converted: str  # "" when the original bytes are stored, else why they were re-encoded
+
+
+def image_ext(data: bytes) -> str | None:
+    """'jpg' or 'png' from the magic bytes (not the file name), else None."""
+    for magic, ext in _MAGIC:
+        if data.startswith(magic):
+            return ext
+    return None
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """8-bit RGB with EXIF orientation applied: the one pixel rule every backend follows."""
+    img = ImageOps.exif_transpose(img) or img
+    if img.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
+        wide = np.asarray(img, dtype=np.uint32)
+        scale = 257 if img.mode.startswith("I;16") or wide.max(initial=0) > 255 else 1
+        img = Image.fromarray((wide // scale).clip(0, 255).astype(np.uint8), "L")
+    if img.mode == "F":
+        img = Image.fromarray(np.asarray(img).clip(0, 255).astype(np.uint8), "L")
+    return img if img.mode == "RGB" else img.convert("RGB")
+
+
+def _needs_conversion(img: Image.Image, ext: str | None) -> str:
+    if ext is None:
+        return f"{img.format or 'unknown'} stored as PNG"
+    if img.mode not in PLAIN_MODES:
+        return f"{img.mode} converted to RGB PNG"
+    if img.getexif().get(EXIF_ORIENTATION, 1) not in (0, 1):
+        return "EXIF rotation applied, stored as PNG"
+    return ""
+
+
+def _open_checked(data: bytes, max_pixels: int | None) -> Image.Image:
+    if not data:
+        raise BadImageError("empty file (0 bytes)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data))
+            if max_pixels is not None and img.width * img.height > max_pixels:
+                raise BadImageError(
+                    f"decompression bomb: {img.width}x{img.height} = {img.width * img.height} pixels "
+                    f"exceeds the limit of {max_pixels}")
+            return img
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise BadImageError(f"decompression bomb: {exc}") from None
+    except UnidentifiedImageError:
+        raise BadImageError("not an image (Pillow cannot identify it)") from None
+
+
+def _encode(img: Image.Image, fmt: str, **params) -> bytes:
+    out = io.BytesIO()
+    img.save(out, fmt, **params)
+    return out.getvalue()
+
+
+def check_image(data: bytes, *, max_pixels: int | None = Image.MAX_IMAGE_PIXELS,
+                resize_max: int | None = None, quality: int = 90) -> Checked:
+    """Validate encoded bytes and return what to store; BadImageError says why an input is unusable.
+
+    A JPEG is checked with a 1/8-scale DCT-domain decode (entropy decoding still reads every byte,
+    so truncation is caught at a fraction of a full decode's cost); other formats decode fully.
+    """
+    img = _open_checked(data, max_pixels)
+    ext = image_ext(data)
+    size = img.size
+    try:
+        if resize_max is None and ext == "jpg" and img.mode in PLAIN_MODES:
+            img.draft(img.mode, (max(1, img.width // 8), max(1, img.height // 8)))
+        img.load()
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise BadImageError(f"corrupt or truncated: {exc}") from None
+    if resize_max is not None:
+        return _reencode(data, resize_max, quality)
+    converted = _needs_conversion(img, ext)
+    if not converted:
+        return Checked(data, ext, size[0], size[1], "")
+    img = to_rgb(Image.open(io.BytesIO(data)))
+    return Checked(_encode(img, "PNG", compress_level=3), "png", img.width, img.height, converted)
+
+
+def _reencode(data: bytes, resize_max: int, quality: int) -> Checked:
+    """Decode, apply the RGB rule, shrink so the shorter side is at most resize_max, save as JPEG."""
+    img = Image.open(io.BytesIO(data))
+    short = min(img.size)
+    if short > resize_max and img.format == "JPEG":
+        scale = resize_max / short
+        img.draft("RGB", (int(img.width * scale) + 1, int(img.height * scale) + 1))
+    img = to_rgb(img)
+    short = min(img.size)
+    if short > resize_max:
+        w, h = img.size
+        img = img.resize((max(1, round(w * resize_max / short)), max(1, round(h * resize_max / short))),
+                         Image.Resampling.BICUBIC)
+    return Checked(_encode(img, "JPEG", quality=quality), "jpg", img.width, img.height,
+                   f"re-encoded as JPEG q{quality}, shorter side <= {resize_max}")
+
+
+def decode_rgb(data: bytes, *, min_size: tuple[int, int] | None = None) -> Image.Image:
+    """Decode encoded bytes to 8-bit RGB by the one rule; with min_size, let JPEGs decode at 1/2-1/8
+    scale in the DCT domain as long as the result stays at least that large (much faster)."""
+    img = Image.open(io.BytesIO(data))
+    if min_size is not None and img.format == "JPEG" and img.mode in PLAIN_MODES:
+        img.draft(img.mode, min_size)
+    return to_rgb(img)

@@ -1,0 +1,96 @@
+"""Format registry and `open_dataset`: dispatch on the manifest each output carries, never on guesses."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..records import MANIFEST_NAME, Manifest
+from . import hdf5, lmdb, wds
+from .base import Dataset, Writer
+from .folder import FolderDataset
+
+PARTIAL_SUFFIX = ".partial"
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    """One packed format: its name, the destination suffixes that select it, reader and writer."""
+
+    name: str
+    suffixes: tuple[str, ...]
+    reader: Callable[[Path, Manifest, str], Dataset]
+    writer: type[Writer]
+    read_manifest: Callable[[Path], Manifest | None]
+    shuffle_on_write: bool = False
+
+
+FORMATS: dict[str, FormatSpec] = {
+    spec.name: spec
+    for spec in (
+        FormatSpec(lmdb.NAME, lmdb.SUFFIXES, lmdb.LmdbDataset, lmdb.LmdbWriter, lmdb.read_manifest),
+        FormatSpec(hdf5.NAME, hdf5.SUFFIXES, hdf5.Hdf5Dataset, hdf5.Hdf5Writer, hdf5.read_manifest),
+        FormatSpec(wds.NAME, wds.SUFFIXES, wds.WdsDataset, wds.WdsWriter, wds.read_manifest, shuffle_on_write=True),
+    )
+}
+
+
+def format_for(dst: str | Path, name: str | None = None) -> FormatSpec:
+    """The format named, or the one the destination's suffix selects."""
+    if name is not None:
+        if name not in FORMATS:
+            raise ValueError(f"unknown format {name!r}; choose one of {sorted(FORMATS)}")
+        return FORMATS[name]
+    suffix = Path(dst).suffix.lower()
+    for spec in FORMATS.values():
+        if suffix in spec.suffixes:
+            return spec
+    known = ", ".join(f"{s} ({spec.name})" for spec in FORMATS.values() for s in spec.suffixes)
+    raise ValueError(f"cannot tell the format of {dst}: its suffix {suffix!r} is none of {known}; "
+                     "rename it or pass --format lmdb|hdf5|wds")
+
+
+def staging_path(dst: str | Path) -> Path:
+    """Where a conversion to `dst` writes until it is complete."""
+    dst = Path(dst)
+    return dst.with_name(dst.name + PARTIAL_SUFFIX)
+
+
+def _interrupted(path: Path, staging: Path) -> ValueError:
+    return ValueError(
+        f"{path} is incomplete: a conversion into it was interrupted (its files are in {staging}). "
+        f"Run `datapipe convert SRC {path} --resume` to finish it, or --overwrite to start over.")
+
+
+def read_manifest(path: str | Path) -> Manifest | None:
+    """The manifest of a packed dataset, None for anything else (such as a plain image folder)."""
+    path = Path(path)
+    for spec in FORMATS.values():
+        manifest = spec.read_manifest(path)
+        if manifest is not None:
+            return manifest
+    return None
+
+
+def open_dataset(path: str | Path, split: str = "train") -> Dataset:
+    """Open one split of a packed dataset (LMDB, HDF5, WebDataset) or of a plain image folder."""
+    path = Path(path)
+    if path.name.endswith(PARTIAL_SUFFIX):
+        raise _interrupted(path.with_name(path.name[: -len(PARTIAL_SUFFIX)]), path)
+    staging = staging_path(path)
+    if not path.exists():
+        if staging.exists():
+            raise _interrupted(path, staging)
+        raise FileNotFoundError(f"{path} does not exist")
+    manifest = read_manifest(path)
+    if manifest is None:
+        if path.is_dir() and not (path / MANIFEST_NAME).exists():
+            return FolderDataset(path, split)
+        raise ValueError(f"{path} is not a datapipe dataset (no manifest) nor an image folder")
+    if manifest.format not in FORMATS:
+        raise ValueError(f"{path} has format {manifest.format!r}, which this datapipe cannot read ({sorted(FORMATS)})")
+    return FORMATS[manifest.format].reader(path, manifest, split)
+
+
+__all__ = ["FORMATS", "FormatSpec", "Dataset", "Writer", "open_dataset", "read_manifest", "format_for",
+           "staging_path"]

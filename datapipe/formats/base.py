@@ -1,0 +1,138 @@
+"""The small protocol every format implements: a random-access Dataset and a resumable Writer."""
+from __future__ import annotations
+
+import abc
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from ..records import MANIFEST_NAME, Manifest, Record, Sample
+
+T = TypeVar("T")
+
+
+class PerProcess(Generic[T]):
+    """A handle opened lazily, once per process, and never pickled: safe across DataLoader forks."""
+
+    def __init__(self, opener: Callable[[], T]) -> None:
+        self._opener = opener
+        self._pid: int | None = None
+        self._value: T | None = None
+
+    def get(self) -> T:
+        if self._pid != os.getpid():
+            self._value = self._opener()
+            self._pid = os.getpid()
+        return self._value  # type: ignore[return-value]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_opener": self._opener, "_pid": None, "_value": None}
+
+
+class Dataset(abc.ABC):
+    """One split of a dataset: `len(ds)`, `ds[i] -> Sample`, `ds.record(i) -> Record`, `ds.classes`."""
+
+    format: str = ""
+
+    def __init__(self, path: Path, *, split: str, classes: list[str], size: int) -> None:
+        self.path = Path(path)
+        self.split = split
+        self.classes = list(classes)
+        self._size = size
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __getitem__(self, index: int) -> Sample:
+        return self.record(index).sample
+
+    def __iter__(self) -> Iterator[Sample]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def record(self, index: int) -> Record:
+        """The stored record at `index` with its metadata (original path, digest)."""
+        if index < 0:
+            index += self._size
+        if not 0 <= index < self._size:
+            raise IndexError(f"index {index} out of range for split {self.split!r} of {self._size} records")
+        return self._read(index)
+
+    @abc.abstractmethod
+    def _read(self, index: int) -> Record:
+        """Read record `index` (already bounds-checked)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.path)!r}, split={self.split!r}, records={len(self)})"
+
+
+class Writer(abc.ABC):
+    """Writes one packed dataset into a staging folder.
+
+    Resumable: `checkpoint()` makes everything written so far durable and returns a JSON-able state;
+    after a crash, a new writer on the same staging folder gets `restore(state, counts)` and drops
+    whatever was written after that checkpoint. `close(manifest)` writes the manifest last.
+    """
+
+    def __init__(self, staging: Path, *, size_hint: int, shard_bytes: int) -> None:
+        self.staging = Path(staging)
+        self.staging.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def payload(self) -> Path:
+        """What becomes the destination once complete (the staging folder itself by default)."""
+        return self.staging
+
+    @abc.abstractmethod
+    def write(self, split: str, index: int, record: Record) -> None:
+        """Store `record` as record number `index` of `split` (indices arrive in order from 0)."""
+
+    @abc.abstractmethod
+    def checkpoint(self) -> dict[str, Any]:
+        """Make everything written durable; return the state `restore` needs."""
+
+    @abc.abstractmethod
+    def restore(self, state: dict[str, Any], counts: dict[str, int]) -> None:
+        """Roll back to a checkpoint: keep exactly counts[split] records of each split."""
+
+    @abc.abstractmethod
+    def close(self, manifest: Manifest) -> None:
+        """Flush, write the manifest last, release files."""
+
+    def abort(self) -> None:
+        """Release files without finishing (the staging folder stays for --resume)."""
+
+
+def write_json_atomic(path: Path, text: str) -> None:
+    """Write text to path so a crash leaves either the old file or the new one, never half of one."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_dir_manifest(path: Path) -> Manifest | None:
+    """The manifest of a folder-shaped dataset, or None when the folder has none."""
+    file = Path(path) / MANIFEST_NAME
+    if not file.is_file():
+        return None
+    return Manifest.from_json(file.read_text(encoding="utf-8"), source=str(file))
+
+
+def write_dir_manifest(path: Path, manifest: Manifest) -> None:
+    write_json_atomic(Path(path) / MANIFEST_NAME, manifest.to_json())
+
+
+def record_meta(record: Record) -> bytes:
+    """The JSON metadata stored beside a record's bytes (everything but the bytes)."""
+    return json.dumps({"key": record.key, "label": record.label, "path": record.path,
+                       "sha256": record.sha256}, separators=(",", ":")).encode()
+
+
+def record_from_meta(meta: bytes, data: bytes) -> Record:
+    m = json.loads(meta)
+    return Record(m["key"], data, int(m["label"]), m["path"], m["sha256"])

@@ -1,0 +1,122 @@
+"""LMDB: one environment folder; key `split/0000000042`, value = 4-byte meta length, JSON meta, bytes."""
+from __future__ import annotations
+
+import functools
+import struct
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from ..records import Manifest, Record
+from .base import Dataset, PerProcess, Writer, read_dir_manifest, record_from_meta, record_meta, write_dir_manifest
+
+NAME = "lmdb"
+SUFFIXES = (".lmdb",)
+_HEADER = struct.Struct("<I")
+_TXN_BYTES = 64 << 20
+_MIN_MAP = 64 << 20
+_MAX_READERS = 2048
+
+
+def record_key(split: str, index: int) -> bytes:
+    return f"{split}/{index:010d}".encode()
+
+
+def encode_value(record: Record) -> bytes:
+    meta = record_meta(record)
+    return _HEADER.pack(len(meta)) + meta + record.data
+
+
+def decode_value(value: bytes) -> Record:
+    (n,) = _HEADER.unpack_from(value)
+    start = _HEADER.size
+    return record_from_meta(value[start:start + n], value[start + n:])
+
+
+def _open_readonly(path: str) -> lmdb.Environment:
+    return lmdb.open(path, readonly=True, lock=False, readahead=False, meminit=False,
+                     max_readers=_MAX_READERS, subdir=True)
+
+
+class LmdbDataset(Dataset):
+    """Reads one split; the environment opens lazily in each process (safe across fork)."""
+
+    format = NAME
+
+    def __init__(self, path: Path, manifest: Manifest, split: str) -> None:
+        super().__init__(path, split=split, classes=manifest.classes, size=manifest.split(split).samples)
+        self._env = PerProcess(functools.partial(_open_readonly, str(path)))
+
+    def _read(self, index: int) -> Record:
+        with self._env.get().begin(buffers=False) as txn:
+            value = txn.get(record_key(self.split, index))
+        if value is None:
+            raise KeyError(f"{self.path}: record {index} of split {self.split!r} is missing; run `datapipe verify`")
+        return decode_value(value)
+
+
+class LmdbWriter(Writer):
+    """Batches puts into large transactions; grows the map (and re-puts the batch) when it fills."""
+
+    def __init__(self, staging: Path, *, size_hint: int, shard_bytes: int) -> None:
+        super().__init__(staging, size_hint=size_hint, shard_bytes=shard_bytes)
+        self._env = lmdb.open(str(self.staging), map_size=max(_MIN_MAP, int(size_hint * 1.2) + _MIN_MAP),
+                              subdir=True, meminit=False, max_dbs=0)
+        self._pending: list[tuple[bytes, bytes]] = []
+        self._pending_bytes = 0
+
+    def write(self, split: str, index: int, record: Record) -> None:
+        value = encode_value(record)
+        self._pending.append((record_key(split, index), value))
+        self._pending_bytes += len(value)
+        if self._pending_bytes >= _TXN_BYTES:
+            self._commit()
+
+    def _commit(self) -> None:
+        while self._pending:
+            try:
+                with self._env.begin(write=True) as txn:
+                    for key, value in self._pending:
+                        txn.put(key, value)
+            except lmdb.MapFullError:
+                # The failed transaction was aborted whole: grow outside any transaction, put it all again.
+                self._env.set_mapsize(self._env.info()["map_size"] * 2)
+                continue
+            self._pending, self._pending_bytes = [], 0
+
+    def checkpoint(self) -> dict[str, Any]:
+        self._commit()
+        self._env.sync(True)
+        return {}
+
+    def restore(self, state: dict[str, Any], counts: dict[str, int]) -> None:
+        with self._env.begin(write=True) as txn:
+            for split in {k.split(b"/", 1)[0].decode() for k in _split_heads(txn)}:
+                cursor = txn.cursor()
+                prefix = f"{split}/".encode()
+                if cursor.set_range(record_key(split, counts.get(split, 0))):
+                    while cursor.key().startswith(prefix) and cursor.delete():
+                        pass
+
+    def close(self, manifest: Manifest) -> None:
+        self.checkpoint()
+        self._env.close()
+        write_dir_manifest(self.staging, manifest)
+
+    def abort(self) -> None:
+        self._env.close()
+
+
+def _split_heads(txn: lmdb.Transaction) -> list[bytes]:
+    """The first key of each split present (one seek per split, not a full scan)."""
+    heads, cursor = [], txn.cursor()
+    found = cursor.first()
+    while found:
+        key = cursor.key()
+        heads.append(key)
+        found = cursor.set_range(key.split(b"/", 1)[0] + b"0")  # "0" sorts right after "/"
+    return heads
+
+
+read_manifest = read_dir_manifest

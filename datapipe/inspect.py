@@ -1,0 +1,72 @@
+"""`info` and `verify`: describe a packed dataset from its manifest; re-read and check every record."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from .formats import open_dataset, read_manifest
+from .records import CHAIN_START, chain_digest, record_digest
+from .scan import scan_folder
+
+
+def describe(path: str | Path) -> dict[str, Any]:
+    """The manifest as a plain dict (format, classes, splits with samples/bytes/skipped, arguments)."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    if manifest is None:
+        open_dataset(path)  # raises the right error for an interrupted or foreign path
+        layout = scan_folder(path)
+        return {"format": "folder", "path": str(path), "classes": list(layout.classes.classes),
+                "splits": {s: {"samples": len(f), "skipped": layout.skipped.get(s, [])}
+                           for s, f in layout.splits.items()}}
+    body = {"path": str(path), "format": manifest.format, "version": manifest.version,
+            "classes": manifest.classes, "created": manifest.created, "seconds": manifest.seconds,
+            "arguments": manifest.arguments, "errors": manifest.errors, "splits": {}}
+    for name, info in manifest.splits.items():
+        body["splits"][name] = {"samples": info.samples, "bytes": info.bytes, "digest": info.digest,
+                                "skipped": info.skipped, "shards": len(info.shards)}
+    return body
+
+
+@dataclass
+class VerifyReport:
+    """Records checked and the problems found, first one first."""
+
+    records: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify(path: str | Path, *, progress: bool = True) -> VerifyReport:
+    """Re-read every record of every split; check each against its digest and each split against the
+    manifest's count and chained digest."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    if manifest is None:
+        raise ValueError(f"{path} has no manifest to verify against; only packed datasets can be verified")
+    report = VerifyReport()
+    for split, info in manifest.splits.items():
+        ds = open_dataset(path, split)
+        chain = CHAIN_START
+        for i in tqdm(range(len(ds)), desc=f"verify {split}", unit="rec", disable=not progress):
+            report.records += 1
+            try:
+                rec = ds.record(i)
+            except Exception as exc:  # a damaged store raises from its library: report, go on
+                report.problems.append(f"split {split!r} record {i}: unreadable ({type(exc).__name__}: {exc})")
+                continue
+            digest = record_digest(rec.key, rec.label, rec.data)
+            if digest != rec.sha256:
+                report.problems.append(f"split {split!r} record {i} (key {rec.key}, from {rec.path}): "
+                                       "checksum mismatch, its stored bytes, label or key changed")
+            chain = chain_digest(chain, digest)
+        if chain != info.digest:
+            report.problems.append(f"split {split!r}: digest over all records differs from the manifest "
+                                   "(records changed, reordered, added or lost)")
+    return report

@@ -1,0 +1,137 @@
+"""The on-disk contract shared by readers and writers: Sample, Record, ClassIndex, Manifest.
+
+Every packed dataset describes itself with a Manifest (JSON, never pickle). Each record carries a
+sha256 over its key, label and bytes; the manifest holds, per split, a digest chained over those
+record digests in order, so `verify` can name the first damaged record and also catch reordering,
+loss or additions.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_VERSION = 1
+CHAIN_START = "0" * 64
+
+
+class Sample(NamedTuple):
+    """One record as the loaders see it: a stable key, the encoded image bytes, the class index."""
+
+    key: str
+    data: bytes
+    label: int
+
+
+class Record(NamedTuple):
+    """A sample plus the metadata stored beside it (original relative path, record digest)."""
+
+    key: str
+    data: bytes
+    label: int
+    path: str
+    sha256: str
+
+    @property
+    def sample(self) -> Sample:
+        return Sample(self.key, self.data, self.label)
+
+
+def record_digest(key: str, label: int, data: bytes) -> str:
+    """sha256 over key, label and bytes: a change to any of them changes the digest."""
+    h = hashlib.sha256(f"{key}\0{label}\0".encode())
+    h.update(data)
+    return h.hexdigest()
+
+
+def chain_digest(previous: str, digest: str) -> str:
+    """Extend a split's running digest by one record digest (order-sensitive, resumable)."""
+    return hashlib.sha256(f"{previous}{digest}".encode()).hexdigest()
+
+
+class ClassIndex:
+    """Class names in label order (sorted, like torchvision's ImageFolder) and their indices."""
+
+    def __init__(self, classes: list[str] | tuple[str, ...]) -> None:
+        self.classes = tuple(classes)
+        self._index = {name: i for i, name in enumerate(self.classes)}
+        if len(self._index) != len(self.classes):
+            raise ValueError(f"class names must be unique, got {list(self.classes)}")
+
+    def __len__(self) -> int:
+        return len(self.classes)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._index
+
+    def label(self, name: str) -> int:
+        try:
+            return self._index[name]
+        except KeyError:
+            raise ValueError(
+                f"unknown class {name!r}; the class list (from the train split) is {list(self.classes)[:10]}"
+                + (" ..." if len(self.classes) > 10 else "")
+            ) from None
+
+
+@dataclass
+class SplitInfo:
+    """What one split holds: counts, bytes, the chained digest, the skipped inputs, the shards."""
+
+    samples: int = 0
+    bytes: int = 0
+    digest: str = CHAIN_START
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    shards: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, record: Record) -> None:
+        """Count one stored record and extend the chain."""
+        self.samples += 1
+        self.bytes += len(record.data)
+        self.digest = chain_digest(self.digest, record.sha256)
+
+
+@dataclass
+class Manifest:
+    """The self-description every output carries; readers dispatch on it and never guess."""
+
+    format: str
+    classes: list[str]
+    splits: dict[str, SplitInfo]
+    arguments: dict[str, Any] = field(default_factory=dict)
+    version: int = MANIFEST_VERSION
+    created: str = ""
+    seconds: float = 0.0
+
+    @property
+    def errors(self) -> int:
+        return sum(len(s.skipped) for s in self.splits.values())
+
+    def to_json(self) -> str:
+        body = asdict(self)
+        body["errors"] = self.errors
+        return json.dumps(body, indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str = "manifest") -> "Manifest":
+        try:
+            body = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{source} is not valid JSON ({exc}); the dataset is damaged, re-convert it") from None
+        version = body.get("version")
+        if version != MANIFEST_VERSION:
+            raise ValueError(
+                f"{source} has manifest version {version!r}; this datapipe reads version {MANIFEST_VERSION}. "
+                "Re-convert the dataset with this version or install the datapipe that wrote it."
+            )
+        body.pop("errors", None)
+        body["splits"] = {name: SplitInfo(**info) for name, info in body["splits"].items()}
+        return cls(**body)
+
+    def split(self, name: str) -> SplitInfo:
+        """The named split, or a ValueError listing the splits there are."""
+        if name not in self.splits:
+            raise ValueError(f"split {name!r} not in this dataset; it has {sorted(self.splits)}")
+        return self.splits[name]

@@ -1,0 +1,170 @@
+"""Find the splits, classes and image files of an image folder (ImageNet layout or flat + labels CSV).
+
+Used by the plain-folder reader and by the converters, so both see the same files, labels and keys.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .records import ClassIndex
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
+SPLIT_NAMES = ("train", "training", "val", "valid", "validation", "test", "testing")
+LAYOUTS = ("auto", "classes", "splits")
+_KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+_KEY_MAX = 80
+
+
+@dataclass(frozen=True)
+class ImageFile:
+    """One input image: where it is, its path relative to the scanned root, its label and key."""
+
+    path: Path
+    relpath: str
+    label: int
+    key: str
+
+
+@dataclass(frozen=True)
+class FolderLayout:
+    """A scanned folder: the class list (train split's) and each split's files in ImageFolder order."""
+
+    root: Path
+    classes: ClassIndex
+    splits: dict[str, list[ImageFile]]
+    skipped: dict[str, list[dict[str, str]]]
+
+
+def is_image_name(name: str) -> bool:
+    return name.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def make_key(relpath: str, taken: set[str]) -> str:
+    """An ASCII key without dots or slashes, unique within `taken`, derived from the relative path."""
+    stem = relpath.rsplit(".", 1)[0] if "." in relpath.rsplit("/", 1)[-1] else relpath
+    key = _KEY_UNSAFE.sub("_", stem).strip("_") or "img"
+    if len(key) > _KEY_MAX:
+        key = f"{key[:_KEY_MAX - 13]}_{hashlib.sha1(relpath.encode()).hexdigest()[:12]}"
+    unique, n = key, 1
+    while unique in taken:
+        n += 1
+        unique = f"{key}_{n}"
+    taken.add(unique)
+    return unique
+
+
+def walk_images(folder: Path) -> list[Path]:
+    """Image files under `folder` in ImageFolder's order, following symlinks without looping."""
+    found: list[Path] = []
+    seen: set[str] = set()
+    for root, dirs, files in os.walk(folder, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs.sort()
+        found.extend(Path(root) / f for f in sorted(files) if is_image_name(f))
+    return sorted(found, key=lambda p: (str(p.parent), p.name))
+
+
+def _class_dirs(folder: Path) -> list[str]:
+    return sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
+
+
+def detect_layout(root: Path) -> str:
+    """'splits' when a top-level folder is named like a split (train, val, ...), else 'classes'."""
+    return "splits" if any(name.lower() in SPLIT_NAMES for name in _class_dirs(root)) else "classes"
+
+
+def _split_class_files(split_dir: Path) -> dict[str, list[Path]]:
+    return {name: walk_images(split_dir / name) for name in _class_dirs(split_dir)}
+
+
+def _label_files(root: Path, split_dir: Path, files_by_class: dict[str, list[Path]],
+                 classes: ClassIndex) -> list[ImageFile]:
+    taken: set[str] = set()
+    out = []
+    for name, files in files_by_class.items():
+        label = classes.label(name)
+        for path in files:
+            key = make_key(path.relative_to(split_dir).as_posix(), taken)
+            out.append(ImageFile(path, path.relative_to(root).as_posix(), label, key))
+    return out
+
+
+def _no_images_error(root: Path) -> ValueError:
+    return ValueError(
+        f"Found 0 images in class folders of {root}. Expected {root}/CLASS/*.jpg or {root}/SPLIT/CLASS/*.jpg "
+        f"(or a flat folder with --labels FILE). Supported image extensions are {', '.join(IMAGE_EXTENSIONS)}"
+    )
+
+
+def scan_folder(root: str | Path, *, layout: str = "auto", split: str = "train") -> FolderLayout:
+    """Scan `root/class/*` (one split named `split`) or `root/split/class/*` (every split)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"{root} is not a folder; expected an image folder laid out as {root}/CLASS/*.jpg")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if layout == "auto":
+        layout = detect_layout(root)
+    if layout == "splits":
+        by_split = {name: _split_class_files(root / name) for name in _class_dirs(root)}
+        split_dirs = {name: root / name for name in by_split}
+    else:
+        by_split = {split: _split_class_files(root)}
+        split_dirs = {split: root}
+    by_split = {s: c for s, c in by_split.items() if any(c.values())}
+    if not by_split:
+        raise _no_images_error(root)
+    train = next((s for s in ("train", "training") if s in by_split), None)
+    if train is not None:
+        names = sorted(by_split[train])
+    else:
+        names = sorted({c for classes in by_split.values() for c in classes})
+    classes = ClassIndex(names)
+    splits, skipped = {}, {}
+    for name, files_by_class in by_split.items():
+        unknown = [c for c in files_by_class if c not in classes]
+        skipped[name] = [
+            {"path": p.relative_to(root).as_posix(),
+             "reason": f"class {c!r} is not in the train split's class list"}
+            for c in unknown for p in files_by_class[c]
+        ]
+        known = {c: f for c, f in files_by_class.items() if c in classes}
+        splits[name] = _label_files(root, split_dirs[name], known, classes)
+    return FolderLayout(root, classes, splits, skipped)
+
+
+def scan_labelled(root: str | Path, labels_csv: str | Path, *, split: str = "val") -> FolderLayout:
+    """Scan a flat folder whose classes come from a CSV of `filename,class` rows (ImageNet's raw val)."""
+    root, labels_csv = Path(root), Path(labels_csv)
+    if not labels_csv.is_file():
+        raise ValueError(f"labels file {labels_csv} does not exist; expected a CSV of filename,class rows")
+    with open(labels_csv, newline="", encoding="utf-8") as fh:
+        rows = [r for r in csv.reader(fh) if r and not r[0].startswith("#")]
+    if rows and [c.strip().lower() for c in rows[0][:2]] == ["filename", "class"]:
+        rows = rows[1:]
+    bad = [r for r in rows if len(r) < 2]
+    if bad:
+        raise ValueError(f"{labels_csv}: row {bad[0]!r} is not 'filename,class'")
+    wanted = {r[0].strip(): r[1].strip() for r in rows}
+    classes = ClassIndex(sorted(set(wanted.values())))
+    present = {p.relative_to(root).as_posix(): p for p in walk_images(root)}
+    taken: set[str] = set()
+    files, skipped = [], []
+    for relpath, path in present.items():
+        if relpath not in wanted:
+            skipped.append({"path": relpath, "reason": f"no label in {labels_csv.name}"})
+            continue
+        files.append(ImageFile(path, relpath, classes.label(wanted[relpath]), make_key(relpath, taken)))
+    skipped += [{"path": r, "reason": "listed in the labels file but missing"} for r in wanted if r not in present]
+    if not files:
+        raise _no_images_error(root)
+    return FolderLayout(root, classes, {split: files}, {split: skipped})
