@@ -18,7 +18,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from datapipe.decode import BadImageError, check_image
+from datapipe.decode import VALIDATION, BadImageError, check_image
 from datapipe.formats import FormatSpec, format_for, staging_path
 from datapipe.records import Manifest, Record, SplitInfo, record_digest
 
@@ -42,6 +42,7 @@ class ConvertOptions:
     overwrite: bool = False
     resume: bool = False
     strict: bool = False
+    validate: str = "decode"
     resize_max: int | None = None
     quality: int = 90
     shard_bytes: int = DEFAULT_SHARD_BYTES
@@ -53,21 +54,23 @@ class ConvertOptions:
     progress: bool = True
 
     def __post_init__(self) -> None:
+        if self.validate not in VALIDATION:
+            raise ValueError(f"validate must be one of {VALIDATION}, got {self.validate!r}")
         if self.workers < 0:
             raise ValueError(f"workers must be >= 0 (0 = all cores), got {self.workers}")
         if self.resize_max is not None and self.resize_max < 8:
             raise ValueError(f"resize_max must be at least 8 pixels, got {self.resize_max}")
         if not 1 <= self.quality <= 100:
             raise ValueError(f"quality must be within 1..100, got {self.quality}")
-        if self.shard_bytes < 1 << 20:
-            raise ValueError(f"shard size must be at least 1 MB, got {self.shard_bytes} bytes")
+        if self.shard_bytes < 64 << 10:
+            raise ValueError(f"shard size must be at least 64KiB, got {self.shard_bytes} bytes")
         if self.checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
 
     def content_arguments(self, spec: FormatSpec) -> dict[str, Any]:
-        return {"format": spec.name, "resize_max": self.resize_max, "quality": self.quality,
-                "shard_bytes": self.shard_bytes, "labels": self.labels, "layout": self.layout,
-                "split": self.split, "seed": self.seed}
+        sharded = {"shard_bytes": self.shard_bytes, "seed": self.seed} if spec.sharded else {}
+        return {"format": spec.name, "validate": self.validate, "resize_max": self.resize_max, "quality": self.quality,
+                "labels": self.labels, "layout": self.layout, "split": self.split, **sharded}
 
 
 @dataclass
@@ -92,16 +95,18 @@ class ConvertReport:
 _WORKER_OPTIONS: dict[str, Any] = {}
 
 
-def _init_worker(resize_max: int | None, quality: int) -> None:
-    _WORKER_OPTIONS.update(resize_max=resize_max, quality=quality)
+def _init_worker(resize_max: int | None, quality: int, validate: str) -> None:
+    _WORKER_OPTIONS.update(resize_max=resize_max, quality=quality, validate=validate)
 
 
-def _prepare(path: str) -> tuple[bytes | None, str]:
-    """Read and check one file in a worker: (bytes to store, "") or (None, reason it is bad)."""
+def _prepare(job: tuple[str, str, int]) -> tuple[bytes | None, str]:
+    """Read, check and digest one file in a worker: (bytes to store, their record digest) or
+    (None, the reason the file is bad)."""
+    path, key, label = job
     try:
         with open(path, "rb") as fh:
-            raw = fh.read()
-        return check_image(raw, **_WORKER_OPTIONS).data, ""
+            data = check_image(fh.read(), **_WORKER_OPTIONS).data
+        return data, record_digest(key, label, data)
     except BadImageError as exc:
         return None, str(exc)
     except OSError as exc:
@@ -109,14 +114,14 @@ def _prepare(path: str) -> tuple[bytes | None, str]:
 
 
 def _results(tasks: list[Task], workers: int, options: ConvertOptions) -> Iterator[tuple[bytes | None, str]]:
-    paths = [t.path for t in tasks]
+    jobs = [(t.path, t.key, t.label) for t in tasks]
     if workers == 1:
-        _init_worker(options.resize_max, options.quality)
-        yield from map(_prepare, paths)
+        _init_worker(options.resize_max, options.quality, options.validate)
+        yield from map(_prepare, jobs)
         return
     with multiprocessing.get_context("fork").Pool(
-            workers, initializer=_init_worker, initargs=(options.resize_max, options.quality)) as pool:
-        yield from pool.imap(_prepare, paths, chunksize=8)
+            workers, initializer=_init_worker, initargs=(options.resize_max, options.quality, options.validate)) as pool:
+        yield from pool.imap(_prepare, jobs, chunksize=16)
 
 
 def _start(src: Path, dst: Path, options: ConvertOptions, spec: FormatSpec, plan: Plan,
@@ -163,7 +168,7 @@ def convert(src: str | Path, dst: str | Path, options: ConvertOptions = ConvertO
     staging = staging_path(dst)
     _check_destination(src, dst, staging, options)
     plan = make_plan(src, labels=options.labels, layout=options.layout, split=options.split,
-                     shuffle_seed=options.seed if spec.shuffle_on_write else None)
+                     shuffle_seed=options.seed if spec.sharded else None)
     dst.parent.mkdir(parents=True, exist_ok=True)
     writer, progress = _start(src, dst, options, spec, plan, staging)
     started = time.perf_counter()
@@ -189,16 +194,17 @@ def _write_all(plan: Plan, writer: Any, progress: Progress, staging: Path, optio
                dynamic_ncols=True, smoothing=0.05)
     megabytes, last, started = 0.0, 0.0, time.perf_counter()
     with bar:
-        for task, (data, reason) in zip(todo, _results(todo, min(workers, max(1, len(todo))), options)):
+        for task, (data, digest_or_reason) in zip(todo, _results(todo, min(workers, max(1, len(todo))), options)):
             info = progress.splits[task.split]
             if data is None:
+                reason = digest_or_reason
                 if options.strict:
                     remove(staging)
                     raise ConvertError(f"{task.path}: {reason} (--strict stops at the first bad file)")
                 log.debug("skipping %s: %s", task.path, reason)
                 info.skipped.append({"path": task.relpath, "reason": reason})
             else:
-                record = Record(task.key, data, task.label, task.relpath, record_digest(task.key, task.label, data))
+                record = Record(task.key, data, task.label, task.relpath, digest_or_reason)
                 writer.write(task.split, info.samples, record)
                 info.add(record)
                 megabytes += len(data) / 1e6

@@ -16,6 +16,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 EXIF_ORIENTATION = 0x0112
 PLAIN_MODES = ("RGB", "L")
+VALIDATION = ("decode", "fast")
 _MAGIC = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG\r\n\x1a\n", "png"))
 
 
@@ -88,18 +89,55 @@ def _encode(img: Image.Image, fmt: str, **params) -> bytes:
     return out.getvalue()
 
 
+def jpeg_scan_start(data: bytes) -> int:
+    """Offset of the first SOS marker, found by walking the segments (so a thumbnail's EOI inside
+    APP1 is skipped); -1 when the header is malformed or has no scan."""
+    pos = 2
+    while pos + 4 <= len(data):
+        if data[pos] != 0xFF:
+            return -1
+        marker = data[pos + 1]
+        if marker == 0xDA:
+            return pos
+        if marker == 0xFF or 0xD0 <= marker <= 0xD8 or marker == 0x01:
+            pos += 1 if marker == 0xFF else 2
+            continue
+        pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+    return -1
+
+
+def _check_jpeg_fast(data: bytes) -> None:
+    """Truncation check without decoding: an EOI marker must follow the first scan. FF D9 cannot
+    occur inside entropy-coded data (byte stuffing), and PIL rejects a JPEG that lacks it."""
+    start = jpeg_scan_start(data)
+    if start < 0:
+        raise BadImageError("corrupt: JPEG header has no scan")
+    if data.rfind(b"\xff\xd9") < start:
+        raise BadImageError("corrupt or truncated: JPEG ends before its end-of-image marker")
+
+
 def check_image(data: bytes, *, max_pixels: int | None = Image.MAX_IMAGE_PIXELS,
-                resize_max: int | None = None, quality: int = 90) -> Checked:
+                resize_max: int | None = None, quality: int = 90, validate: str = "decode") -> Checked:
     """Validate encoded bytes and return what to store; BadImageError says why an input is unusable.
 
-    A JPEG is checked with a 1/8-scale DCT-domain decode (entropy decoding still reads every byte,
-    so truncation is caught at a fraction of a full decode's cost); other formats decode fully.
+    validate="decode": a JPEG decodes at 1/8 scale in the DCT domain (entropy decoding still reads
+    every byte, so truncation and broken entropy data are caught at a fraction of a full decode's
+    cost). validate="fast": a JPEG's header is parsed and its end-of-image marker checked (catches
+    truncation, not corruption inside the data). Other formats always decode fully.
     """
+    if validate not in VALIDATION:
+        raise ValueError(f"validate must be one of {VALIDATION}, got {validate!r}")
     img = _open_checked(data, max_pixels)
     ext = image_ext(data)
     size = img.size
+    plain_jpeg = resize_max is None and ext == "jpg" and img.mode in PLAIN_MODES
+    if plain_jpeg and validate == "fast":
+        _check_jpeg_fast(data)
+        converted = _needs_conversion(img, ext)
+        if not converted:
+            return Checked(data, ext, size[0], size[1], "")
     try:
-        if resize_max is None and ext == "jpg" and img.mode in PLAIN_MODES:
+        if plain_jpeg:
             img.draft(img.mode, (max(1, img.width // 8), max(1, img.height // 8)))
         img.load()
     except (OSError, SyntaxError, ValueError) as exc:

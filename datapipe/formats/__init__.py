@@ -22,7 +22,7 @@ class FormatSpec:
     reader: Callable[[Path, Manifest, str], Dataset]
     writer: type[Writer]
     read_manifest: Callable[[Path], Manifest | None]
-    shuffle_on_write: bool = False
+    sharded: bool = False  # read shard by shard: shuffled at write time, rolled by size
 
 
 FORMATS: dict[str, FormatSpec] = {
@@ -30,7 +30,7 @@ FORMATS: dict[str, FormatSpec] = {
     for spec in (
         FormatSpec(lmdb.NAME, lmdb.SUFFIXES, lmdb.LmdbDataset, lmdb.LmdbWriter, lmdb.read_manifest),
         FormatSpec(hdf5.NAME, hdf5.SUFFIXES, hdf5.Hdf5Dataset, hdf5.Hdf5Writer, hdf5.read_manifest),
-        FormatSpec(wds.NAME, wds.SUFFIXES, wds.WdsDataset, wds.WdsWriter, wds.read_manifest, shuffle_on_write=True),
+        FormatSpec(wds.NAME, wds.SUFFIXES, wds.WdsDataset, wds.WdsWriter, wds.read_manifest, sharded=True),
     )
 }
 

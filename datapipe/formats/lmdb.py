@@ -1,7 +1,7 @@
 """LMDB: one environment folder; key `split/0000000042`, value = 4-byte meta length, JSON meta, bytes."""
 from __future__ import annotations
 
-import functools
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -9,7 +9,7 @@ from typing import Any
 import lmdb
 
 from ..records import Manifest, Record
-from .base import Dataset, PerProcess, Writer, read_dir_manifest, record_from_meta, record_meta, write_dir_manifest
+from .base import Dataset, Writer, read_dir_manifest, record_from_meta, record_meta, write_dir_manifest
 
 NAME = "lmdb"
 SUFFIXES = (".lmdb",)
@@ -34,9 +34,31 @@ def decode_value(value: bytes) -> Record:
     return record_from_meta(value[start:start + n], value[start + n:])
 
 
-def _open_readonly(path: str) -> lmdb.Environment:
-    return lmdb.open(path, readonly=True, lock=False, readahead=False, meminit=False,
-                     max_readers=_MAX_READERS, subdir=True)
+_ENVS: dict[str, tuple[int, int, lmdb.Environment]] = {}
+
+
+def data_inode(path: str | Path) -> int:
+    return os.stat(Path(path) / "data.mdb").st_ino
+
+
+def shared_env(path: str, inode: int) -> lmdb.Environment:
+    """This process's one read-only environment for `path`.
+
+    py-lmdb refuses a second open of one path in a process, and a forked child inherits the parent's
+    open environments (unusable there): so one environment per path per process, and the inherited one
+    is closed before the child opens its own (lock=False: no reader slot or lock is shared). A dataset
+    replaced on disk (another inode) gets a fresh environment too.
+    """
+    pid = os.getpid()
+    entry = _ENVS.get(path)
+    if entry is not None and entry[:2] == (pid, inode):
+        return entry[2]
+    if entry is not None:
+        entry[2].close()
+    env = lmdb.open(path, readonly=True, lock=False, readahead=False, meminit=False,
+                    max_readers=_MAX_READERS, subdir=True)
+    _ENVS[path] = (pid, inode, env)
+    return env
 
 
 class LmdbDataset(Dataset):
@@ -46,10 +68,11 @@ class LmdbDataset(Dataset):
 
     def __init__(self, path: Path, manifest: Manifest, split: str) -> None:
         super().__init__(path, split=split, classes=manifest.classes, size=manifest.split(split).samples)
-        self._env = PerProcess(functools.partial(_open_readonly, str(path)))
+        self._path = str(Path(path).resolve())
+        self._inode = data_inode(path)
 
     def _read(self, index: int) -> Record:
-        with self._env.get().begin(buffers=False) as txn:
+        with shared_env(self._path, self._inode).begin(buffers=False) as txn:
             value = txn.get(record_key(self.split, index))
         if value is None:
             raise KeyError(f"{self.path}: record {index} of split {self.split!r} is missing; run `datapipe verify`")

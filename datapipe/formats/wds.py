@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +34,16 @@ def idx_name(tar: str) -> str:
 
 
 def member_header(name: str, size: int) -> bytes:
-    info = tarfile.TarInfo(name)
-    info.size, info.mtime, info.mode = size, MTIME, 0o644
-    return info.tobuf(format=tarfile.USTAR_FORMAT)
+    """A USTAR header for a regular file (mode 644, uid/gid 0, fixed mtime): what
+    `tarfile.TarInfo.tobuf(USTAR_FORMAT)` writes, at a fraction of its cost on the write path."""
+    raw = name.encode("ascii")
+    if len(raw) > 100:
+        raise ValueError(f"member name {name!r} is longer than USTAR's 100 bytes")
+    head = b"".join((raw.ljust(100, b"\0"), b"0000644\0", b"0000000\0", b"0000000\0", b"%011o\0" % size,
+                     b"%011o\0" % MTIME, b" " * 8, b"0", b"\0" * 100, b"ustar\x0000", b"\0" * 32, b"\0" * 32,
+                     b"\0" * 16, b"\0" * 155)).ljust(BLOCK, b"\0")
+    checksum = b"%06o\0 " % sum(head)
+    return head[:148] + checksum + head[156:]
 
 
 def parse_idx(text: str) -> list[list[tuple[str, int, int, str]]]:
@@ -115,19 +121,17 @@ class _Shard:
         self.file.truncate(offset)
         self.file.seek(offset)
         self.lines = list(lines or [])
-
-    @property
-    def offset(self) -> int:
-        return self.file.tell()
+        self.offset = offset
 
     def add(self, key: str, members: list[tuple[str, bytes]]) -> None:
-        fields = []
+        """Append one sample's members in one write; note each member's data offset for the index."""
+        fields, parts = [], []
         for ext, payload in members:
             name = f"{key}.{ext}"
-            self.file.write(member_header(name, len(payload)))
-            fields.append(f"{ext} {self.file.tell()} {len(payload)} {name}")
-            self.file.write(payload)
-            self.file.write(b"\0" * (-len(payload) % BLOCK))
+            parts += (member_header(name, len(payload)), payload, b"\0" * (-len(payload) % BLOCK))
+            fields.append(f"{ext} {self.offset + BLOCK} {len(payload)} {name}")
+            self.offset += BLOCK + len(payload) + (-len(payload) % BLOCK)
+        self.file.write(b"".join(parts))
         self.lines.append(" ".join(fields))
 
     def finish(self) -> dict[str, Any]:

@@ -1,0 +1,114 @@
+"""Conversion behaviour: refusal to overwrite, strict mode, determinism, labels CSV, resize, damage."""
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from converters import ConvertError, ConvertOptions, convert
+from datapipe import open_dataset, read_manifest
+from datapipe.inspect import verify
+from tests.conftest import IMAGEFOLDER
+
+QUIET = dict(progress=False, workers=1)
+
+
+def records(path, split="train"):
+    ds = open_dataset(path, split)
+    return [ds.record(i) for i in range(len(ds))]
+
+
+def test_existing_output_is_refused_without_overwrite(tmp_path):
+    dst = tmp_path / "out.lmdb"
+    convert(IMAGEFOLDER / "val", dst, ConvertOptions(**QUIET))
+    with pytest.raises(ConvertError, match="already exists; pass --overwrite"):
+        convert(IMAGEFOLDER, dst, ConvertOptions(**QUIET))
+    assert len(open_dataset(dst)) == 4  # untouched
+    convert(IMAGEFOLDER, dst, ConvertOptions(overwrite=True, **QUIET))
+    assert len(open_dataset(dst)) == 27 and not (tmp_path / "out.lmdb.old").exists()
+
+
+def test_strict_stops_at_the_first_bad_file_and_leaves_nothing(tmp_path):
+    dst = tmp_path / "out.h5"
+    with pytest.raises(ConvertError, match=r"truncated\.jpg: corrupt or truncated.*--strict"):
+        convert(IMAGEFOLDER, dst, ConvertOptions(strict=True, **QUIET))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("suffix", [".lmdb", ".h5", ".wds"])
+def test_output_does_not_depend_on_worker_count(tmp_path, suffix):
+    one, two = tmp_path / f"one{suffix}", tmp_path / f"two{suffix}"
+    convert(IMAGEFOLDER, one, ConvertOptions(progress=False, workers=1, shard_bytes=64 << 10))
+    convert(IMAGEFOLDER, two, ConvertOptions(progress=False, workers=2, shard_bytes=64 << 10))
+    assert records(one) == records(two)
+    assert read_manifest(one).splits == read_manifest(two).splits
+
+
+def test_wds_is_shuffled_at_write_time_and_sharded_by_size(tmp_path):
+    dst = tmp_path / "s.wds"
+    convert(IMAGEFOLDER, dst, ConvertOptions(shard_bytes=64 << 10, **QUIET))
+    order = [r.path for r in records(dst)]
+    assert order != sorted(order, key=lambda p: (p.split("/")[1], p))
+    shards = read_manifest(dst).splits["train"].shards
+    assert len(shards) >= 2 and sum(s["samples"] for s in shards) == 27
+    assert all((dst / s["name"]).is_file() and (dst / s["name"].replace(".tar", ".idx")).is_file() for s in shards)
+    other = tmp_path / "other.wds"
+    convert(IMAGEFOLDER, other, ConvertOptions(shard_bytes=64 << 10, seed=1, **QUIET))
+    assert [r.path for r in records(other)] != order
+
+
+def test_flat_folder_with_labels_csv_converts_to_val(tmp_path):
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    rows = ["filename,class"]
+    for i, f in enumerate(sorted((IMAGEFOLDER / "val").rglob("*.jpg"))):
+        shutil.copy(f, flat / f"v_{i}.JPEG")
+        rows.append(f"v_{i}.JPEG,{f.parent.name}")
+    (tmp_path / "labels.csv").write_text("\n".join(rows) + "\n")
+    dst = tmp_path / "val.wds"
+    convert(flat, dst, ConvertOptions(labels=str(tmp_path / "labels.csv"), **QUIET))
+    got = sorted((r.path, r.label) for r in records(dst, "val"))
+    assert got == [("v_0.JPEG", 0), ("v_1.JPEG", 0), ("v_2.JPEG", 1), ("v_3.JPEG", 1)]
+
+
+def test_resize_max_stores_smaller_jpegs(tmp_path):
+    from PIL import Image
+    dst = tmp_path / "small.lmdb"
+    convert(IMAGEFOLDER, dst, ConvertOptions(resize_max=32, quality=80, **QUIET))
+    for r in records(dst):
+        img = Image.open(__import__("io").BytesIO(r.data))
+        assert img.format == "JPEG" and min(img.size) <= 32
+    assert read_manifest(dst).arguments["resize_max"] == 32
+
+
+def _flip_one_stored_byte(path: Path, data: bytes) -> None:
+    needle = data[len(data) // 2: len(data) // 2 + 48]
+    for f in ([path] if path.is_file() else sorted(path.iterdir())):
+        blob = bytearray(f.read_bytes())
+        at = blob.find(needle)
+        if at >= 0:
+            blob[at + 20] ^= 0xFF
+            f.write_bytes(bytes(blob))
+            return
+    raise AssertionError("stored bytes not found")
+
+
+def test_verify_names_the_record_with_a_flipped_byte(packed_copy):
+    victim = records(packed_copy)[5]
+    _flip_one_stored_byte(packed_copy, victim.data)
+    report = verify(packed_copy, progress=False)
+    assert not report.ok
+    assert f"record 5 (key {victim.key}" in report.problems[0] and "checksum mismatch" in report.problems[0]
+    cli = subprocess.run([sys.executable, "-m", "datapipe", "verify", str(packed_copy)], capture_output=True, text=True)
+    assert cli.returncode == 1 and victim.key in cli.stdout and "DAMAGED" in cli.stdout
+
+
+def test_open_dataset_errors_are_clear(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        open_dataset(tmp_path / "nothing.lmdb")
+    (tmp_path / "junk.h5").write_bytes(b"not hdf5")
+    with pytest.raises(ValueError, match="not a datapipe dataset"):
+        open_dataset(tmp_path / "junk.h5")
+    with pytest.raises(ValueError, match="cannot tell the format .* --format"):
+        convert(IMAGEFOLDER, tmp_path / "out.zip", ConvertOptions(**QUIET))
