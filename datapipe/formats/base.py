@@ -4,6 +4,7 @@ from __future__ import annotations
 import abc
 import json
 import os
+import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -125,6 +126,21 @@ def read_dir_manifest(path: Path) -> Manifest | None:
 
 def write_dir_manifest(path: Path, manifest: Manifest) -> None:
     write_json_atomic(Path(path) / MANIFEST_NAME, manifest.to_json())
+
+
+_META_LEN = struct.Struct("<I")
+
+
+def pack_record(record: Record) -> bytes:
+    """One record as bytes: 4-byte length of the JSON metadata, the metadata, the image bytes."""
+    meta = record_meta(record)
+    return _META_LEN.pack(len(meta)) + meta + record.data
+
+
+def unpack_record(blob: bytes) -> Record:
+    (n,) = _META_LEN.unpack_from(blob)
+    start = _META_LEN.size
+    return record_from_meta(blob[start:start + n], blob[start + n:])
 
 
 def record_meta(record: Record) -> bytes:

@@ -6,6 +6,7 @@ uncompressed (they do not compress, and vlen payloads cannot be filtered anyway)
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +15,15 @@ import numpy as np
 
 from ..records import Manifest, Record
 from .base import Dataset, PerProcess, Writer
+from .spool import Spool
 
+log = logging.getLogger(__name__)
 NAME = "hdf5"
 SUFFIXES = (".h5", ".hdf5")
 MANIFEST_ATTR = "datapipe_manifest"
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
 _CHUNK = 256
-_FLUSH_ROWS = 512
+_BATCH_ROWS = 512
 _STR = h5py.string_dtype("utf-8")
 _COLUMNS = {
     "data": h5py.vlen_dtype(np.uint8),
@@ -71,69 +74,68 @@ class Hdf5Dataset(Dataset):
 
 
 class Hdf5Writer(Writer):
-    """Buffers rows and writes them as slices; a checkpoint flushes the file."""
+    """Spools records during the conversion and builds the HDF5 file in one pass at the end.
+
+    HDF5 is not crash-safe: writes after a flush can rewrite the global-heap collections that
+    already-flushed vlen rows point into, so a killed writer can leave a file whose old rows are
+    damaged. The append-only spool gives exact resume points instead; it costs one more sequential
+    write and read of the data, and twice the output's size in free disk while converting.
+    """
 
     def __init__(self, staging: Path, *, size_hint: int, shard_bytes: int) -> None:
         super().__init__(staging, size_hint=size_hint, shard_bytes=shard_bytes)
-        self._file = h5py.File(self.payload, "a")
-        self._rows: dict[str, list[Record]] = {}
+        self._spool = Spool(self.staging / "records.spool")
 
     @property
     def payload(self) -> Path:
         return self.staging / "data.h5"
 
-    def _group(self, split: str) -> h5py.Group:
-        if split in self._file:
-            return self._file[split]
-        g = self._file.create_group(split)
-        for name, dtype in _COLUMNS.items():
-            g.create_dataset(name, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(_CHUNK,))
-        return g
-
     def write(self, split: str, index: int, record: Record) -> None:
-        rows = self._rows.setdefault(split, [])
-        rows.append(record)
-        if len(rows) >= _FLUSH_ROWS:
-            self._flush_rows(split)
-
-    def _flush_rows(self, split: str) -> None:
-        rows = self._rows.pop(split, [])
-        if not rows:
-            return
-        g = self._group(split)
-        start, end = len(g["labels"]), len(g["labels"]) + len(rows)
-        data = np.empty(len(rows), dtype=object)
-        data[:] = [np.frombuffer(r.data, dtype=np.uint8) for r in rows]
-        columns = {
-            "data": data,
-            "labels": np.array([r.label for r in rows], dtype=np.int64),
-            "keys": np.array([r.key for r in rows], dtype=object),
-            "paths": np.array([r.path for r in rows], dtype=object),
-            "sha256": np.array([r.sha256.encode() for r in rows], dtype="S64"),
-        }
-        for name, values in columns.items():
-            g[name].resize((end,))
-            g[name][start:end] = values
+        self._spool.append(split, record)
 
     def checkpoint(self) -> dict[str, Any]:
-        for split in list(self._rows):
-            self._flush_rows(split)
-        self._file.flush()
-        return {}
+        return {"spool_bytes": self._spool.sync()}
 
     def restore(self, state: dict[str, Any], counts: dict[str, int]) -> None:
-        for split in list(self._file):
-            keep = counts.get(split, 0)
-            for name in _COLUMNS:
-                column = self._file[split][name]
-                if len(column) < keep:
-                    raise ValueError(f"{self.payload}: split {split!r} holds {len(column)} rows, checkpoint says {keep}")
-                column.resize((keep,))
+        self._spool.truncate(state.get("spool_bytes", 0))
 
     def close(self, manifest: Manifest) -> None:
-        self.checkpoint()
-        self._file.attrs[MANIFEST_ATTR] = manifest.to_json()
-        self._file.close()
+        log.info("building %s from the spooled records", self.payload)
+        self.payload.unlink(missing_ok=True)
+        with h5py.File(self.payload, "w") as f:
+            columns = {split: _create_split(f, split, info.samples) for split, info in manifest.splits.items()}
+            filled = {split: 0 for split in columns}
+            batch: dict[str, list[Record]] = {}
+            for split, record in self._spool:
+                rows = batch.setdefault(split, [])
+                rows.append(record)
+                if len(rows) >= _BATCH_ROWS:
+                    filled[split] = _write_rows(columns[split], filled[split], batch.pop(split))
+            for split, rows in batch.items():
+                filled[split] = _write_rows(columns[split], filled[split], rows)
+            f.attrs[MANIFEST_ATTR] = manifest.to_json()
+        self._spool.close()
+        (self.staging / "records.spool").unlink()
 
     def abort(self) -> None:
-        self._file.close()
+        self._spool.close()
+
+
+def _create_split(f: h5py.File, split: str, samples: int) -> h5py.Group:
+    g = f.create_group(split)
+    for name, dtype in _COLUMNS.items():
+        g.create_dataset(name, shape=(samples,), dtype=dtype, chunks=(min(_CHUNK, samples),) if samples else None)
+    return g
+
+
+def _write_rows(g: h5py.Group, start: int, rows: list[Record]) -> int:
+    """Write rows as slices starting at `start`; return the next free row."""
+    end = start + len(rows)
+    data = np.empty(len(rows), dtype=object)
+    data[:] = [np.frombuffer(r.data, dtype=np.uint8) for r in rows]
+    g["data"][start:end] = data
+    g["labels"][start:end] = np.array([r.label for r in rows], dtype=np.int64)
+    g["keys"][start:end] = np.array([r.key for r in rows], dtype=object)
+    g["paths"][start:end] = np.array([r.path for r in rows], dtype=object)
+    g["sha256"][start:end] = np.array([r.sha256.encode() for r in rows], dtype="S64")
+    return end

@@ -1,19 +1,17 @@
-"""LMDB: one environment folder; key `split/0000000042`, value = 4-byte meta length, JSON meta, bytes."""
+"""LMDB: one environment folder; key `split/0000000042`, value = the packed record (JSON meta + bytes)."""
 from __future__ import annotations
 
 import os
-import struct
 from pathlib import Path
 from typing import Any
 
 import lmdb
 
 from ..records import Manifest, Record
-from .base import Dataset, Writer, read_dir_manifest, record_from_meta, record_meta, write_dir_manifest
+from .base import Dataset, Writer, pack_record, read_dir_manifest, unpack_record, write_dir_manifest
 
 NAME = "lmdb"
 SUFFIXES = (".lmdb",)
-_HEADER = struct.Struct("<I")
 _TXN_BYTES = 64 << 20
 _MIN_MAP = 64 << 20
 _MAX_READERS = 2048
@@ -21,17 +19,6 @@ _MAX_READERS = 2048
 
 def record_key(split: str, index: int) -> bytes:
     return f"{split}/{index:010d}".encode()
-
-
-def encode_value(record: Record) -> bytes:
-    meta = record_meta(record)
-    return _HEADER.pack(len(meta)) + meta + record.data
-
-
-def decode_value(value: bytes) -> Record:
-    (n,) = _HEADER.unpack_from(value)
-    start = _HEADER.size
-    return record_from_meta(value[start:start + n], value[start + n:])
 
 
 _ENVS: dict[str, tuple[int, int, lmdb.Environment]] = {}
@@ -76,7 +63,7 @@ class LmdbDataset(Dataset):
             value = txn.get(record_key(self.split, index))
         if value is None:
             raise KeyError(f"{self.path}: record {index} of split {self.split!r} is missing; run `datapipe verify`")
-        return decode_value(value)
+        return unpack_record(value)
 
 
 class LmdbWriter(Writer):
@@ -90,7 +77,7 @@ class LmdbWriter(Writer):
         self._pending_bytes = 0
 
     def write(self, split: str, index: int, record: Record) -> None:
-        value = encode_value(record)
+        value = pack_record(record)
         self._pending.append((record_key(split, index), value))
         self._pending_bytes += len(value)
         if self._pending_bytes >= _TXN_BYTES:

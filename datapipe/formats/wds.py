@@ -1,7 +1,8 @@
 """WebDataset shards: `{split}-{NNNNNN}.tar` (USTAR, fixed mtime) plus a DALI index `.idx` per shard.
 
-Each sample is three members in this order: `KEY.cls` (ASCII label), `KEY.jpg|png` (the bytes),
-`KEY.json` (key, label, original path, sha256). The `webdataset` library and DALI's
+Each sample is four members in this order: `KEY.cls` (ASCII label), `KEY.jpg|png` (the bytes),
+`KEY.i64` (record index and label as two little-endian int64: DALI reads them with
+dtypes=INT64, as it cannot parse `.cls` digits), `KEY.json` (key, label, original path, sha256). The `webdataset` library and DALI's
 `readers.webdataset` read the shards unchanged; this module reads them by random access through
 the `.idx` offsets (one pread per sample).
 """
@@ -102,7 +103,7 @@ class WdsDataset(Dataset):
         number, start, end = (int(v) for v in self.index.spans[index])
         blob = os.pread(self._fds.get()[number], end - start, start)
         parts = split_members(blob, start, self.index.members[index])
-        data = next(v for k, v in parts.items() if k not in ("cls", "json"))
+        data = next(v for k, v in parts.items() if k not in ("cls", "i64", "json"))
         record = record_from_meta(parts["json"], data)
         if parts["cls"] != str(record.label).encode():
             raise ValueError(f"{self.index.shards[number]}: {record.key}.cls says {parts['cls']!r}, "
@@ -155,7 +156,8 @@ class WdsWriter(Writer):
 
     def write(self, split: str, index: int, record: Record) -> None:
         ext = "png" if record.data.startswith(b"\x89PNG") else "jpg"
-        members = [("cls", str(record.label).encode()), (ext, record.data), ("json", record_meta(record))]
+        members = [("cls", str(record.label).encode()), (ext, record.data),
+                   ("i64", np.array([index, record.label], dtype="<i8").tobytes()), ("json", record_meta(record))]
         shard = self._open.get(split)
         if shard is not None and shard.lines and shard.offset + len(record.data) > self.shard_bytes:
             self.shards.setdefault(split, []).append(shard.finish())

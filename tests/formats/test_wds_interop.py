@@ -32,28 +32,29 @@ def test_webdataset_library_reads_every_sample(shards):
 
 
 def test_dali_readers_webdataset_reads_every_sample_with_our_index(shards):
-    from nvidia.dali import fn, pipeline_def
+    from nvidia.dali import fn, pipeline_def, types
 
     dst, names, want = shards
 
     @pipeline_def(batch_size=4, num_threads=1, device_id=None)
     def pipe():
-        images, labels, metas = fn.readers.webdataset(paths=[str(dst / n) for n in names],
-                                     index_paths=[str(dst / n.replace(".tar", ".idx")) for n in names],
-                                     ext=["jpg;png", "cls", "json"], missing_component_behavior="error",
-                                     name="reader")
-        return images, labels, metas
+        return tuple(fn.readers.webdataset(
+            paths=[str(dst / n) for n in names], index_paths=[str(dst / n.replace(".tar", ".idx")) for n in names],
+            ext=["jpg;png", "cls", "i64", "json"], dtypes=[types.UINT8, types.UINT8, types.INT64, types.UINT8],
+            missing_component_behavior="error", name="reader"))
 
     p = pipe()
     p.build()
     assert p.epoch_size("reader") == len(want)
     seen = []
     while len(seen) < len(want):
-        images, labels, metas = p.run()
+        images, labels, ids, metas = p.run()
         for i in range(len(images)):
             meta = json.loads(bytes(metas.at(i)).decode())
             rec = want[meta["key"]]
             assert bytes(images.at(i)) == rec.data and int(bytes(labels.at(i)).decode()) == rec.label
+            index, label = ids.at(i).tolist()
+            assert label == rec.label and open_dataset(dst, "train").record(index).key == meta["key"]
             seen.append(meta["key"])
     assert sorted(seen[: len(want)]) == sorted(want)
 
