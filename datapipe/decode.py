@@ -65,7 +65,9 @@ def _needs_conversion(img: Image.Image, ext: str | None) -> str:
     return ""
 
 
-def _open_checked(data: bytes, max_pixels: int | None) -> Image.Image:
+def open_image(data: bytes, max_pixels: int | None = Image.MAX_IMAGE_PIXELS) -> Image.Image:
+    """Open (not decode) encoded bytes; BadImageError for empty input, non-images and images over
+    `max_pixels` (Pillow's own limit by default, where Pillow itself only warns)."""
     if not data:
         raise BadImageError("empty file (0 bytes)")
     try:
@@ -127,7 +129,7 @@ def check_image(data: bytes, *, max_pixels: int | None = Image.MAX_IMAGE_PIXELS,
     """
     if validate not in VALIDATION:
         raise ValueError(f"validate must be one of {VALIDATION}, got {validate!r}")
-    img = _open_checked(data, max_pixels)
+    img = open_image(data, max_pixels)
     ext = image_ext(data)
     size = img.size
     plain_jpeg = resize_max is None and ext == "jpg" and img.mode in PLAIN_MODES
@@ -171,7 +173,7 @@ def _reencode(data: bytes, resize_max: int, quality: int) -> Checked:
 def decode_rgb(data: bytes, *, min_size: tuple[int, int] | None = None) -> Image.Image:
     """Decode encoded bytes to 8-bit RGB by the one rule; with min_size, let JPEGs decode at 1/2-1/8
     scale in the DCT domain as long as the result stays at least that large (much faster)."""
-    img = Image.open(io.BytesIO(data))
+    img = open_image(data)
     if min_size is not None and img.format == "JPEG" and img.mode in PLAIN_MODES:
         img.draft(img.mode, min_size)
     return to_rgb(img)

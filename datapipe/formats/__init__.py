@@ -73,7 +73,10 @@ def read_manifest(path: str | Path) -> Manifest | None:
 
 
 def open_dataset(path: str | Path, split: str = "train") -> Dataset:
-    """Open one split of a packed dataset (LMDB, HDF5, WebDataset) or of a plain image folder."""
+    """Open one split of a packed dataset (LMDB, HDF5, WebDataset), of a plain image folder, or
+    WebDataset shards written by other tools (`shards/train-{000000..000009}.tar`)."""
+    if isinstance(path, str) and ("{" in path or path.endswith(".tar")):
+        return wds.ForeignShardsDataset(path)
     path = Path(path)
     if path.name.endswith(PARTIAL_SUFFIX):
         raise _interrupted(path.with_name(path.name[: -len(PARTIAL_SUFFIX)]), path)

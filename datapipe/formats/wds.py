@@ -59,30 +59,45 @@ def parse_idx(text: str) -> list[list[tuple[str, int, int, str]]]:
     return samples
 
 
-class ShardIndex:
-    """Where every sample of a split lies: shard number and the byte span of its members."""
+Components = dict[str, tuple[str, int, int, str]]  # ext -> (ext, data offset, size, member name)
 
-    def __init__(self, folder: Path, shards: list[str]) -> None:
-        self.shards = [str(folder / s) for s in shards]
-        spans, ext_of = [], []
-        for number, shard in enumerate(self.shards):
-            for components in parse_idx(Path(idx_name(shard)).read_text(encoding="ascii")):
-                exts = {c[0]: c for c in components}
-                spans.append((number, components[0][1] - BLOCK, components[-1][1] + components[-1][2]))
-                ext_of.append(exts)
+
+class ShardIndex:
+    """Where every sample of a set of shards lies: its shard and the byte span of its members."""
+
+    def __init__(self, shards: list[str], per_shard: list[list[list[tuple[str, int, int, str]]]]) -> None:
+        self.shards = shards
+        spans, self.members = [], []
+        for number, samples in enumerate(per_shard):
+            for components in samples:
+                spans.append((number, min(c[1] for c in components) - BLOCK, max(c[1] + c[2] for c in components)))
+                self.members.append({c[0]: c for c in components})
         self.spans = np.array(spans, dtype=np.int64).reshape(-1, 3)
-        self.members = ext_of
+
+    @classmethod
+    def from_shards(cls, shards: list[str], *, scan_missing: bool = False) -> "ShardIndex":
+        """From the `.idx` beside each shard (or, with scan_missing, a scan of a tar that has none)."""
+        per_shard = []
+        for shard in shards:
+            idx = Path(idx_name(shard))
+            if idx.is_file() or not scan_missing:
+                per_shard.append(parse_idx(idx.read_text(encoding="ascii")))
+            else:
+                per_shard.append(scan_tar(shard))
+        return cls(shards, per_shard)
 
     def __len__(self) -> int:
         return len(self.spans)
 
+    def read(self, fds: list[int], index: int) -> dict[str, bytes]:
+        """Sample `index`'s members (ext -> bytes) with one pread of its span."""
+        number, start, end = (int(v) for v in self.spans[index])
+        blob = os.pread(fds[number], end - start, start)
+        return {ext: blob[off - start: off - start + size] for ext, (_, off, size, _) in self.members[index].items()}
+
 
 def _open_fds(shards: list[str]) -> list[int]:
     return [os.open(s, os.O_RDONLY) for s in shards]
-
-
-def split_members(blob: bytes, start: int, components: dict[str, tuple[str, int, int, str]]) -> dict[str, bytes]:
-    return {ext: blob[off - start: off - start + size] for ext, (_, off, size, _) in components.items()}
 
 
 class WdsDataset(Dataset):
@@ -93,22 +108,88 @@ class WdsDataset(Dataset):
     def __init__(self, path: Path, manifest: Manifest, split: str) -> None:
         info = manifest.split(split)
         super().__init__(path, split=split, classes=manifest.classes, size=info.samples)
-        self.index = ShardIndex(Path(path), [s["name"] for s in info.shards])
+        self.index = ShardIndex.from_shards([str(Path(path) / s["name"]) for s in info.shards])
         if len(self.index) != info.samples:
             raise ValueError(f"{path}: the .idx files of split {split!r} list {len(self.index)} samples, "
                              f"the manifest {info.samples}; run `datapipe verify` or re-convert")
         self._fds = PerProcess(functools.partial(_open_fds, self.index.shards))
 
     def _read(self, index: int) -> Record:
-        number, start, end = (int(v) for v in self.index.spans[index])
-        blob = os.pread(self._fds.get()[number], end - start, start)
-        parts = split_members(blob, start, self.index.members[index])
+        parts = self.index.read(self._fds.get(), index)
         data = next(v for k, v in parts.items() if k not in ("cls", "i64", "json"))
         record = record_from_meta(parts["json"], data)
         if parts["cls"] != str(record.label).encode():
-            raise ValueError(f"{self.index.shards[number]}: {record.key}.cls says {parts['cls']!r}, "
+            raise ValueError(f"{self.index.shards[int(self.index.spans[index][0])]}: {record.key}.cls says {parts['cls']!r}, "
                              f"its .json says {record.label}; the shard is damaged")
         return record
+
+
+def expand_shards(pattern: str) -> list[str]:
+    """`shards/train-{000000..000009}.tar` (or a list joined by '::') -> the existing shard paths."""
+    import braceexpand
+
+    paths = [p for part in pattern.split("::") for p in braceexpand.braceexpand(part)]
+    missing = [p for p in paths if not Path(p).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{len(missing)} of {len(paths)} shards in {pattern!r} do not exist, e.g. {missing[0]}")
+    return paths
+
+
+def scan_tar(path: str) -> list[list[tuple[str, int, int, str]]]:
+    """Index a tar without an .idx: per sample (webdataset grouping: same name up to the first dot of
+    the basename, consecutive), its components as (ext, data offset, size, member name)."""
+    import tarfile
+
+    samples: list[list[tuple[str, int, int, str]]] = []
+    last = None
+    with tarfile.open(path, "r:") as tar:
+        for member in tar:
+            if not member.isfile():
+                continue
+            folder, _, base = member.name.rpartition("/")
+            if "." not in base or base.startswith("."):
+                continue
+            stem, ext = base.split(".", 1)
+            key = f"{folder}/{stem}" if folder else stem
+            if key != last:
+                samples.append([])
+                last = key
+            samples[-1].append((ext, member.offset_data, member.size, member.name))
+    return samples
+
+
+class ForeignShardsDataset(Dataset):
+    """WebDataset shards written by other tools: a brace pattern, `.cls` labels, any image extension.
+
+    Uses each shard's DALI `.idx` when one lies beside it, else scans the tar once. The class names
+    are the label numbers ("0", "1", ...) since such shards carry no class list.
+    """
+
+    format = "wds-shards"
+    IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")
+
+    def __init__(self, pattern: str) -> None:
+        shards = expand_shards(pattern)
+        self.index = ShardIndex.from_shards(shards, scan_missing=True)
+        for number, components in enumerate(self.index.members):
+            if "cls" not in components or not self._image_ext(components):
+                raise ValueError(f"{pattern}: sample {next(iter(components.values()))[3]!r} lacks a .cls label "
+                                 f"or an image ({'/'.join(self.IMAGE_EXTS)}); it has {sorted(components)}")
+        super().__init__(Path(shards[0]).parent, split="train", classes=[], size=len(self.index))
+        self._fds = PerProcess(functools.partial(_open_fds, shards))
+        self._labels = [int(self.index.read(self._fds.get(), i)["cls"]) for i in range(len(self.index))]
+        self.classes = [str(c) for c in range(max(self._labels) + 1)]
+
+    def _image_ext(self, components: Components) -> str | None:
+        return next((e for e in self.IMAGE_EXTS if e in components), None)
+
+    def _read(self, index: int) -> Record:
+        components = self.index.members[index]
+        ext = self._image_ext(components)
+        name = components[ext][3]
+        shard = self.index.shards[int(self.index.spans[index][0])]
+        data = self.index.read(self._fds.get(), index)[ext]
+        return Record(name.rsplit(".", 1)[0], data, self._labels[index], f"{shard}:{name}", "")
 
 
 class _Shard:

@@ -1,0 +1,146 @@
+"""The Loader protocol every backend implements, its options, and the on-device normalization."""
+from __future__ import annotations
+
+import abc
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+
+from ..sharding import EpochPlan, Shard
+
+log = logging.getLogger(__name__)
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+ON_ERROR = ("skip", "raise")
+
+
+class Batch(NamedTuple):
+    """images: normalized NCHW on the device; labels: int64 on the device; indices: int64 dataset
+    record indices, on the host (they are for bookkeeping, not for the model)."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    indices: torch.Tensor
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """What every backend needs to know; validated here once."""
+
+    batch_size: int = 256
+    train: bool = True
+    image_size: int = 224
+    seed: int = 0
+    drop_last: bool = False
+    num_workers: int | None = None
+    prefetch_factor: int = 2
+    pin_memory: bool | None = None
+    device: str | None = None
+    dtype: torch.dtype = torch.float32
+    channels_last: bool = False
+    on_error: str = "skip"
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.image_size < 8:
+            raise ValueError(f"image_size must be at least 8 pixels, got {self.image_size}")
+        if self.num_workers is not None and self.num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {self.num_workers}")
+        if self.prefetch_factor < 1:
+            raise ValueError(f"prefetch_factor must be >= 1, got {self.prefetch_factor}")
+        if self.on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {ON_ERROR}, got {self.on_error!r}")
+        if self.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError(f"dtype must be torch.float32, float16 or bfloat16, got {self.dtype}")
+
+    @property
+    def workers(self) -> int:
+        return (os.cpu_count() or 1) if self.num_workers is None else self.num_workers
+
+    @property
+    def torch_device(self) -> torch.device:
+        if self.device is not None:
+            return torch.device(self.device)
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+class Normalizer:
+    """uint8 NHWC (any device) -> normalized NCHW in the target dtype and memory format, on the device."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype, channels_last: bool) -> None:
+        self.device, self.dtype, self.channels_last = device, dtype, channels_last
+        self.mean = torch.tensor(IMAGENET_MEAN, device=device).mul(255).view(1, 3, 1, 1)
+        self.inv_std = torch.tensor(IMAGENET_STD, device=device).mul(255).reciprocal().view(1, 3, 1, 1)
+
+    def __call__(self, images_nhwc: torch.Tensor) -> torch.Tensor:
+        x = images_nhwc.to(self.device, non_blocking=True).permute(0, 3, 1, 2).float()
+        x = x.sub_(self.mean).mul_(self.inv_std).to(self.dtype)
+        fmt = torch.channels_last if self.channels_last else torch.contiguous_format
+        return x.contiguous(memory_format=fmt)
+
+
+class Loader(abc.ABC):
+    """`for images, labels, indices in loader`; `set_epoch`, `len`, `state_dict`, `load_state_dict`.
+
+    The base class keeps the epoch and the number of batches handed out, so every backend resumes
+    mid-epoch the same way: the next iteration starts at the batch after the last one handed out.
+    """
+
+    backend: str = ""
+
+    def __init__(self, plan: EpochPlan, options: LoaderOptions, *, reason: str = "") -> None:
+        self.plan = plan
+        self.options = options
+        self.reason = reason
+        self.epoch = 0
+        self._start = 0
+        self._served = 0
+
+    @property
+    def shard(self) -> Shard:
+        return self.plan.shard
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch the next iteration reads (its order is seeded by (seed, epoch))."""
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        if epoch != self.epoch:
+            self.epoch, self._start = epoch, 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "epoch": self.epoch, "batches_done": self._served,
+                "seed": self.options.seed, "size": self.plan.size, "batch_size": self.plan.batch_size,
+                "rank": self.shard.rank, "world_size": self.shard.world_size}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a state_dict: the next iteration yields exactly the batches not yet handed out."""
+        for key in ("seed", "size", "batch_size", "rank", "world_size"):
+            mine = self.state_dict()[key]
+            if state.get(key) != mine:
+                raise ValueError(f"cannot resume: the state was saved with {key}={state.get(key)!r}, "
+                                 f"this loader has {key}={mine!r}")
+        self.epoch, self._start, self._served = int(state["epoch"]), int(state["batches_done"]), int(state["batches_done"])
+
+    def __iter__(self) -> Iterator[Batch]:
+        start, self._start = self._start, 0
+        self._served = start
+        for batch in self._iterate(self.epoch, start):
+            self._served += 1
+            yield batch
+        self._start = 0
+
+    @abc.abstractmethod
+    def _iterate(self, epoch: int, start: int) -> Iterator[Batch]:
+        """Yield the batches of `epoch` from batch number `start` on."""
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(backend={self.backend!r}, batches={len(self)}, "
+                f"batch_size={self.plan.batch_size}, rank={self.shard.rank}/{self.shard.world_size})")

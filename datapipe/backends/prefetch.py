@@ -1,0 +1,35 @@
+"""CUDA-stream prefetcher (after timm's PrefetchLoader): batch k+1 is copied and normalized on a
+side stream while batch k trains. Without CUDA the same code runs with no streams."""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from .base import Batch
+from .dataloader import DataLoaderLoader
+
+
+class PrefetchLoader(DataLoaderLoader):
+    """The dataloader backend plus one batch of look-ahead on the device."""
+
+    backend = "prefetch"
+
+    def _iterate(self, epoch: int, start: int) -> Iterator[Batch]:
+        cuda = self.device.type == "cuda"
+        stream = torch.cuda.Stream(device=self.device) if cuda else None
+        current = torch.cuda.current_stream(self.device) if cuda else None
+        ready: Batch | None = None
+        for host in self.host_batches(epoch, start):
+            with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
+                upcoming = self.to_device(*host)
+            if ready is not None:
+                yield ready  # the caller queues its step on the current stream before we return here
+            if cuda:
+                current.wait_stream(stream)  # upcoming's copy + normalize precede any use of it
+                for tensor in (upcoming.images, upcoming.labels):  # indices stay on the host
+                    tensor.record_stream(current)  # its memory is not reused while current may read it
+            ready = upcoming
+        if ready is not None:
+            yield ready

@@ -1,0 +1,82 @@
+"""What the batches hold: the same pixels per record in every backend, dtypes, layouts, bad samples."""
+import sys
+
+import pytest
+import torch
+
+from datapipe import make_loader
+from datapipe.backends import choose_backend
+from datapipe.backends.base import IMAGENET_STD
+from tests.conftest import BAD_FILES, IMAGEFOLDER
+
+STD = torch.tensor(IMAGENET_STD).view(3, 1, 1) * 255
+
+
+def eval_views(source, backend, size=64):
+    loader = make_loader(source, backend=backend, batch_size=8, image_size=size, train=False, num_workers=1)
+    return {i: img for images, _, indices in loader for i, img in zip(indices.tolist(), images)}
+
+
+def pixel_diff(a, b):
+    return ((a - b) * STD).abs().mean().item()
+
+
+@pytest.mark.parametrize("name", ["packed_lmdb", "clean_folder"])
+def test_eval_views_of_dataloader_and_dali_agree_per_record(request, name):
+    source = request.getfixturevalue(name)
+    pil, dali = eval_views(source, "dataloader"), eval_views(source, "dali")
+    assert pil.keys() == dali.keys()
+    for index in pil:  # interpolation rounding only: a mis-rotated or mis-converted image is >> 4 levels off
+        assert pixel_diff(pil[index], dali[index]) < 4, f"record {index} differs"
+    some = next(iter(pil))
+    assert pixel_diff(pil[some].flip(-1), dali[some]) > 8  # control: the comparison does see a mirrored view
+
+
+@pytest.mark.parametrize("backend", ["dataloader", "prefetch", "dali"])
+def test_bf16_channels_last_output(packed_lmdb, backend):
+    loader = make_loader(packed_lmdb, backend=backend, batch_size=4, image_size=32, num_workers=1,
+                         dtype=torch.bfloat16, channels_last=True)
+    images, labels, indices = next(iter(loader))
+    assert images.dtype == torch.bfloat16 and images.shape == (4, 3, 32, 32)
+    assert images.is_contiguous(memory_format=torch.channels_last)
+    assert -3 < images.float().mean().item() < 3  # normalized, not 0..255
+
+
+def test_bad_samples_in_a_folder_are_skipped_counted_and_named(caplog):
+    loader = make_loader(IMAGEFOLDER, backend="dataloader", batch_size=4, image_size=32, num_workers=1)
+    seen = [i for _, _, idx in loader for i in idx.tolist()]
+    skipped = {b.path: b.reason for b in loader.skipped}
+    assert set(skipped) == set(BAD_FILES) and len(seen) + len(skipped) == 31
+    assert any("truncated.jpg" in r.message for r in caplog.records)
+
+
+def test_on_error_raise_names_the_file():
+    loader = make_loader(IMAGEFOLDER, backend="dataloader", batch_size=31, image_size=32, num_workers=0,
+                         on_error="raise", train=False)
+    with pytest.raises(RuntimeError, match=r"cannot decode record \d+ \(train/"):
+        next(iter(loader))
+
+
+def test_auto_picks_the_cpu_path_and_says_why(packed_lmdb, caplog):
+    caplog.set_level("INFO", logger="datapipe")
+    loader = make_loader(packed_lmdb, batch_size=4, image_size=32, num_workers=1)
+    assert loader.backend == choose_backend("auto", torch.device("cpu"))[0] and loader.reason
+    assert any(loader.backend in r.message and "backend" in r.message for r in caplog.records)
+    assert choose_backend("auto", torch.device("cuda"))[0] == "dali"  # DALI is installed here
+    with pytest.raises(ValueError, match="unknown backend 'fast'"):
+        make_loader(packed_lmdb, backend="fast")
+
+
+def test_dali_missing_raises_import_error_naming_the_extra(packed_lmdb, monkeypatch):
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)  # what an environment without DALI looks like
+    with pytest.raises(ImportError, match=r"pip install 'datapipe\[dali\]'"):
+        make_loader(packed_lmdb, backend="dali")
+
+
+def test_bad_options_are_value_errors(packed_lmdb):
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        make_loader(packed_lmdb, batch_size=0)
+    with pytest.raises(ValueError, match="on_error must be one of"):
+        make_loader(packed_lmdb, on_error="ignore")
+    with pytest.raises(ValueError, match="rank must be within 0..1"):
+        make_loader(packed_lmdb, rank=2, world_size=2)
