@@ -110,6 +110,65 @@ def _run_verify(args: argparse.Namespace) -> int:
     return 1
 
 
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="measure read, decode and loader throughput against a naive baseline")
+    p.add_argument("data", nargs="+", help="packed datasets, image folders or shard patterns")
+    p.add_argument("--backends", default="dataloader,prefetch,dali", help="comma-separated (default: all three)")
+    p.add_argument("--suites", default="read,decode,baseline,pipeline,h2d", help="comma-separated suites")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--seconds", type=float, default=10.0, help="timed seconds per repeat at most (default 10)")
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats; the median is reported (default 3)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed batches before each repeat (default 2)")
+    p.add_argument("--workers", type=int, help="loader workers (default: all cores)")
+    p.add_argument("--simulate-step", type=float, default=0.0, metavar="MS",
+                   help="a fake training step of MS milliseconds per batch; reports data_wait_pct")
+    p.add_argument("--split", default="train")
+    p.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="write a bar chart (needs matplotlib)")
+    p.set_defaults(run=_run_bench)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .bench import BenchOptions, run_bench
+    from .bench.report import document, plot, table, write_json
+    from .doctor import machine_info
+
+    options = BenchOptions(
+        backends=tuple(b for b in args.backends.split(",") if b), batch_size=args.batch_size,
+        image_size=args.image_size, seconds=args.seconds, repeats=args.repeats, warmup=args.warmup,
+        workers=args.workers, simulate_step_ms=args.simulate_step, split=args.split)
+    rows = run_bench(args.data, options, suites=tuple(s for s in args.suites.split(",") if s))
+    machine = machine_info()
+    print(table(rows))
+    if args.json:
+        write_json(Path(args.json), document(rows, machine, vars(args) | {"run": None}))
+        print(f"wrote {args.json}")
+    if args.plot:
+        gpu = machine["gpu"]["name"] if machine["gpu"] else "no GPU"
+        plot(Path(args.plot), rows, f"datapipe bench: {machine['cores']} cores, {gpu}, "
+                                    f"{args.image_size}px, batch {args.batch_size}")
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def _run_doctor(args: argparse.Namespace) -> int:
+    import os
+
+    from .doctor import as_json, diagnose
+
+    checks = diagnose(args.data, os.environ)
+    if args.json:
+        print(json.dumps(as_json(checks), indent=2, default=str))
+        return 0
+    marks = {"ok": "  ok ", "warn": "WARN ", "info": "info "}
+    for c in checks:
+        print(f"{marks[c.status]} {c.name:24} {c.value}" + (f"\n       -> {c.hint}" if c.hint else ""))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="datapipe", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -122,6 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="re-read every record and check it against the manifest's checksums")
     p.add_argument("path")
     p.set_defaults(run=_run_verify)
+    _add_bench(sub)
+    p = sub.add_parser("doctor", help="check torch, CUDA, DALI, cores, pinned memory, disk and environment")
+    p.add_argument("data", nargs="?", help="a dataset path: also check its disk's free space and read speed")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=_run_doctor)
     return parser
 
 

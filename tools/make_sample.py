@@ -49,7 +49,7 @@ def sample_image(base: np.ndarray, rng: np.random.Generator, size: tuple[int, in
     return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
 
 
-def make(out: Path, per_class: int, size: tuple[int, int], seed: int) -> int:
+def make(out: Path, per_class: int, size: tuple[int, int], seed: int, extras: bool = True) -> int:
     rng = np.random.default_rng(seed)
     classes = sorted(p.name for p in (FIXTURES / "train").iterdir() if p.is_dir())
     count = 0
@@ -62,7 +62,7 @@ def make(out: Path, per_class: int, size: tuple[int, int], seed: int) -> int:
                 img = sample_image(bases[int(rng.integers(len(bases)))], rng, size)
                 img.save(folder / f"{cls}_{split}_{i:05d}.JPEG", "JPEG", quality=90)
                 count += 1
-    for extra in EXTRAS:
+    for extra in EXTRAS if extras else ():
         shutil.copy(FIXTURES / "train" / extra, out / "train" / extra)
     return count
 
@@ -74,6 +74,8 @@ def main() -> int:
     parser.add_argument("--size", default="500x375", help="WIDTHxHEIGHT (default ImageNet's typical 500x375)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
+    parser.add_argument("--no-extras", action="store_true",
+                        help="leave out the awkward and bad fixture files (for benchmarking folders)")
     args = parser.parse_args()
     if args.out.exists():
         if not args.overwrite:
@@ -81,8 +83,9 @@ def main() -> int:
             return 2
         shutil.rmtree(args.out)
     w, h = (int(v) for v in args.size.lower().split("x"))
-    n = make(args.out, args.per_class, (w, h), args.seed)
-    print(f"wrote {n} images (+{len(EXTRAS)} awkward/bad fixture files) to {args.out}")
+    n = make(args.out, args.per_class, (w, h), args.seed, extras=not args.no_extras)
+    extras = "" if args.no_extras else f" (+{len(EXTRAS)} awkward/bad fixture files)"
+    print(f"wrote {n} images{extras} to {args.out}")
     return 0
 
 

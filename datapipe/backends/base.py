@@ -70,18 +70,21 @@ class LoaderOptions:
 
 
 class Normalizer:
-    """uint8 NHWC (any device) -> normalized NCHW in the target dtype and memory format, on the device."""
+    """uint8 NCHW (any device) -> normalized NCHW in the target dtype and memory format, on the device."""
 
     def __init__(self, device: torch.device, dtype: torch.dtype, channels_last: bool) -> None:
-        self.device, self.dtype, self.channels_last = device, dtype, channels_last
-        self.mean = torch.tensor(IMAGENET_MEAN, device=device).mul(255).view(1, 3, 1, 1)
-        self.inv_std = torch.tensor(IMAGENET_STD, device=device).mul(255).reciprocal().view(1, 3, 1, 1)
+        self.device, self.dtype = device, dtype
+        self.format = torch.channels_last if channels_last else torch.contiguous_format
+        std = torch.tensor(IMAGENET_STD, device=device)
+        self.scale = (1 / (std * 255)).view(1, 3, 1, 1)  # (x - 255 mean) / (255 std) = x * scale + bias
+        self.bias = (-torch.tensor(IMAGENET_MEAN, device=device) / std).view(1, 3, 1, 1)
 
-    def __call__(self, images_nhwc: torch.Tensor) -> torch.Tensor:
-        x = images_nhwc.to(self.device, non_blocking=True).permute(0, 3, 1, 2).float()
-        x = x.sub_(self.mean).mul_(self.inv_std).to(self.dtype)
-        fmt = torch.channels_last if self.channels_last else torch.contiguous_format
-        return x.contiguous(memory_format=fmt)
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        x = images.to(self.device, non_blocking=True)
+        out = torch.empty(x.shape, dtype=torch.float32, device=self.device, memory_format=self.format)
+        out.copy_(x)  # uint8 -> float (and to channels_last when asked) in one pass
+        out.mul_(self.scale).add_(self.bias)
+        return out if self.dtype == torch.float32 else out.to(self.dtype)
 
 
 class Loader(abc.ABC):

@@ -23,7 +23,7 @@ class BadSample(NamedTuple):
 
 
 class DecodedRecords(torch.utils.data.Dataset):
-    """(epoch, index) -> (uint8 HWC tensor, label, index), or a BadSample under on_error="skip"."""
+    """(epoch, index) -> (uint8 CHW tensor, label, index), or a BadSample under on_error="skip"."""
 
     def __init__(self, dataset: Dataset, options: LoaderOptions) -> None:
         self.dataset = dataset
@@ -42,11 +42,11 @@ class DecodedRecords(torch.utils.data.Dataset):
             if self.raise_errors:
                 raise RuntimeError(f"cannot decode record {index} ({record.path}): {exc}") from exc
             return BadSample(index, record.path, f"{type(exc).__name__}: {exc}")
-        return torch.from_numpy(pixels), record.label, index
+        return pixels, record.label, index
 
 
 def collate(items: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[BadSample]]:
-    """Stack the good samples (uint8 NHWC) and pass the bad ones on for counting."""
+    """Stack the good samples (uint8 NCHW) and pass the bad ones on for counting."""
     good = [it for it in items if not isinstance(it, BadSample)]
     bad = [it for it in items if isinstance(it, BadSample)]
     if not good:
@@ -96,7 +96,7 @@ class DataLoaderLoader(Loader):
         self.skipped: list[BadSample] = []
 
     def host_batches(self, epoch: int, start: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """uint8 NHWC batches on the host (pinned where CUDA is used), bad samples counted and logged."""
+        """uint8 NCHW batches on the host (pinned where CUDA is used), bad samples counted and logged."""
         self.sampler.epoch, self.sampler.start = epoch, start
         for images, labels, indices, bad in self.loader:
             for b in bad:

@@ -18,7 +18,11 @@ def eval_views(source, backend, size=64):
 
 
 def pixel_diff(a, b):
-    return ((a - b) * STD).abs().mean().item()
+    """Mean absolute difference in 0..255 levels after a 4x4 low-pass: DALI's resampling filter differs
+    from Pillow's (torch's uint8 kernel equals Pillow's) in high frequencies only, while a wrong
+    orientation, colour conversion or crop shows at every scale."""
+    pooled = torch.nn.functional.avg_pool2d(((a - b) * STD)[None], 4)
+    return pooled.abs().mean().item()
 
 
 @pytest.mark.parametrize("name", ["packed_lmdb", "clean_folder"])
@@ -26,10 +30,9 @@ def test_eval_views_of_dataloader_and_dali_agree_per_record(request, name):
     source = request.getfixturevalue(name)
     pil, dali = eval_views(source, "dataloader"), eval_views(source, "dali")
     assert pil.keys() == dali.keys()
-    for index in pil:  # interpolation rounding only: a mis-rotated or mis-converted image is >> 4 levels off
-        assert pixel_diff(pil[index], dali[index]) < 4, f"record {index} differs"
-    some = next(iter(pil))
-    assert pixel_diff(pil[some].flip(-1), dali[some]) > 8  # control: the comparison does see a mirrored view
+    for index in pil:  # measured: at most ~2 levels; a mirrored view of the same record is over 8 apart
+        assert pixel_diff(pil[index], dali[index]) < 3, f"record {index} differs"
+        assert pixel_diff(pil[index].flip(-1), dali[index]) > 6, f"control failed for record {index}"
 
 
 @pytest.mark.parametrize("backend", ["dataloader", "prefetch", "dali"])

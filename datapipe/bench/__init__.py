@@ -1,0 +1,43 @@
+"""`datapipe bench`: which format and backend to use on this machine, with figures and a plot."""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..formats import open_dataset
+from .suites import SUITES, BenchOptions, Case, Row
+
+log = logging.getLogger(__name__)
+
+
+def run_bench(sources: list[str | Path], options: BenchOptions = BenchOptions(),
+              suites: tuple[str, ...] = ("read", "decode", "baseline", "pipeline", "h2d")) -> list[Row]:
+    """Run the suites on every source; rows come back in a stable order (source, then suite)."""
+    unknown = set(suites) - set(SUITES)
+    if unknown:
+        raise ValueError(f"unknown suites {sorted(unknown)}; choose from {sorted(SUITES)}")
+    device = torch.device(options.device) if options.device else (
+        torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
+    cases = []
+    for source in sources:
+        ds = open_dataset(source, options.split)
+        for suite in suites:
+            cases += SUITES[suite](str(source), ds, options, device)
+    results: dict[int, list[tuple[float, float]]] = {id(c): [] for c in cases}
+    for repeat in range(options.repeats):  # round-robin: drift on a shared machine hits every row alike
+        for case in cases:
+            if case.run is not None:
+                log.info("bench repeat %d/%d: %s %s %s", repeat + 1, options.repeats, case.data, case.suite, case.backend)
+                results[id(case)].append(case.run(repeat))
+    return [case.row(results[id(case)], options) for case in cases]
+
+
+def options_dict(options: BenchOptions) -> dict[str, Any]:
+    return asdict(options)
+
+
+__all__ = ["run_bench", "BenchOptions", "Case", "Row", "SUITES"]

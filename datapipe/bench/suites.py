@@ -1,0 +1,220 @@
+"""Benchmark suites: each measures one stage on one dataset and returns Rows.
+
+Timing rule for every suite: warm-up batches first (worker start, pipeline build and first-touch
+IO are not steady state), then the clock runs until the epoch ends or `seconds` pass; CUDA is
+synchronized at both ends; the figure is the median over `repeats` runs.
+"""
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..backends import LoaderOptions, make_loader
+from ..decode import decode_rgb
+from ..formats.base import Dataset
+from ..formats.folder import FolderDataset
+from .baselines import naive_loader, plain_dali_loader
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What to run and how long; validated once."""
+
+    backends: tuple[str, ...] = ("dataloader", "prefetch", "dali")
+    batch_size: int = 64
+    image_size: int = 224
+    seconds: float = 10.0
+    repeats: int = 3
+    warmup: int = 2
+    workers: int | None = None
+    simulate_step_ms: float = 0.0
+    split: str = "train"
+    device: str | None = None
+
+    def __post_init__(self) -> None:
+        unknown = set(self.backends) - {"dataloader", "prefetch", "dali"}
+        if unknown:
+            raise ValueError(f"unknown backends {sorted(unknown)}; choose from dataloader, prefetch, dali")
+        if self.repeats < 1 or self.seconds <= 0 or self.batch_size < 1 or self.warmup < 0:
+            raise ValueError("repeats and batch_size must be >= 1, seconds > 0, warmup >= 0")
+        if self.simulate_step_ms < 0:
+            raise ValueError(f"simulate_step_ms must be >= 0, got {self.simulate_step_ms}")
+
+
+@dataclass
+class Row:
+    """One measured figure (median of runs) and what it measured."""
+
+    data: str
+    format: str
+    suite: str
+    backend: str
+    images_per_s: float
+    mb_per_s: float | None = None
+    data_wait_pct: float | None = None
+    runs: list[float] = field(default_factory=list)
+    note: str = ""
+
+
+@dataclass
+class Case:
+    """One thing to time: `run(repeat)` makes one timed run and returns (images/s, % time waiting)."""
+
+    data: str
+    format: str
+    suite: str
+    backend: str
+    run: Callable[[int], tuple[float, float]] | None
+    bytes_per_image: float | None = None
+    note: str = ""
+
+    def row(self, results: list[tuple[float, float]], opts: "BenchOptions") -> Row:
+        if self.run is None:
+            return Row(self.data, self.format, self.suite, self.backend, 0.0, note=self.note)
+        rates = [r for r, _ in results]
+        rate = statistics.median(rates)
+        wait = statistics.median(w for _, w in results) if opts.simulate_step_ms and self.suite != "h2d" else None
+        mb = rate * self.bytes_per_image / 1e6 if self.bytes_per_image else None
+        return Row(self.data, self.format, self.suite, self.backend, rate, mb, wait, [round(r, 1) for r in rates], self.note)
+
+
+def _cuda_sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _fake_step(ms: float, device: torch.device) -> None:
+    """Stand in for a training step of `ms` milliseconds (GPU busy on CUDA, the host waits)."""
+    if ms <= 0:
+        return
+    if device.type == "cuda":
+        torch.cuda._sleep(int(ms * 1e-3 * torch.cuda.get_device_properties(device).clock_rate * 1e3))
+        torch.cuda.current_stream(device).synchronize()
+    else:
+        time.sleep(ms / 1000)
+
+
+def timed(make_batches: Callable[[int], Iterable[Any]], count: Callable[[Any], int], opts: BenchOptions,
+          device: torch.device, step: bool = True) -> Callable[[int], tuple[float, float]]:
+    """A run function: warm-up batches, then batches until the epoch ends or `seconds` pass."""
+
+    def run(repeat: int) -> tuple[float, float]:
+        batches = iter(make_batches(repeat))
+        for _ in range(opts.warmup):
+            next(batches, None)
+        _cuda_sync(device)
+        started = time.perf_counter()
+        images, waited = 0, 0.0
+        while time.perf_counter() - started < opts.seconds:
+            asked = time.perf_counter()
+            batch = next(batches, None)
+            waited += time.perf_counter() - asked
+            if batch is None:
+                break
+            images += count(batch)
+            if step:
+                _fake_step(opts.simulate_step_ms, device)
+        _cuda_sync(device)
+        elapsed = time.perf_counter() - started
+        if images == 0:
+            raise ValueError(f"no batch left after {opts.warmup} warm-up batches: use a larger dataset, "
+                             "a smaller --batch-size or --warmup 0")
+        return images / elapsed, 100 * waited / elapsed
+
+    return run
+
+
+def suite_read(name: str, ds: Dataset, opts: BenchOptions, device: torch.device) -> list[Case]:
+    """Raw record reads in random order, one process, no decode: records/s and MB/s."""
+    order = np.random.default_rng(0).permutation(len(ds))
+    mean_bytes = float(np.mean([len(ds[int(i)].data) for i in order[:256]]))
+
+    def batches(_: int):
+        for start in range(0, len(order), opts.batch_size):
+            yield [ds[int(i)] for i in order[start:start + opts.batch_size]]
+
+    return [Case(name, ds.format, "read", "-", timed(batches, len, opts, device, step=False), mean_bytes)]
+
+
+def suite_decode(name: str, ds: Dataset, opts: BenchOptions, device: torch.device) -> list[Case]:
+    """Full PIL decode to RGB, one process (one core's decode rate)."""
+    blobs = [ds[i].data for i in range(min(len(ds), 512))]
+
+    def batches(_: int):
+        for start in range(0, len(blobs), opts.batch_size):
+            yield [decode_rgb(b).load() for b in blobs[start:start + opts.batch_size]]
+
+    return [Case(name, ds.format, "decode", "pil-1-core", timed(batches, len, opts, device, step=False))]
+
+
+def suite_pipeline(name: str, ds: Dataset, opts: BenchOptions, device: torch.device) -> list[Case]:
+    """The full train pipeline (decode, RandomResizedCrop, flip, normalize, on the device) per backend."""
+    cases = []
+    for backend in opts.backends:
+        try:
+            loader = make_loader(ds, backend=backend, batch_size=opts.batch_size, image_size=opts.image_size,
+                                 num_workers=opts.workers, device=opts.device)
+        except ImportError as exc:
+            cases.append(Case(name, ds.format, "pipeline", backend, None, note=f"skipped: {exc}"))
+            continue
+
+        def batches(repeat: int, loader=loader):
+            loader.set_epoch(repeat)
+            return loader
+
+        cases.append(Case(name, ds.format, "pipeline", backend, timed(batches, lambda b: len(b.images), opts, device)))
+    return cases
+
+
+def suite_baseline(name: str, ds: Dataset, opts: BenchOptions, device: torch.device) -> list[Case]:
+    """The naive ImageFolder-style DataLoader (and, on an image folder, DALI's plain CPU pipeline)."""
+    workers = LoaderOptions(num_workers=opts.workers).workers
+    loader = naive_loader(ds, batch_size=opts.batch_size, size=opts.image_size, workers=workers)
+
+    def naive_batches(_: int):
+        for images, labels in loader:
+            yield images.to(device, non_blocking=True), labels
+
+    cases = [Case(name, ds.format, "baseline", "naive-imagefolder", timed(naive_batches, lambda b: len(b[0]), opts, device))]
+    if isinstance(ds, FolderDataset) and "dali" in opts.backends:
+        try:
+            dali = plain_dali_loader([str(f.path) for f in ds.files], [f.label for f in ds.files],
+                                     batch_size=opts.batch_size, size=opts.image_size, workers=workers)
+        except ImportError as exc:
+            return cases + [Case(name, ds.format, "baseline", "plain-dali-cpu", None, note=f"skipped: {exc}")]
+        run = timed(lambda _: (out[0] for out in dali), lambda b: len(b["images"]), opts, device)
+        cases.append(Case(name, ds.format, "baseline", "plain-dali-cpu", run))
+    return cases
+
+
+def suite_h2d(name: str, ds: Dataset, opts: BenchOptions, device: torch.device) -> list[Case]:
+    """Host-to-device copy of one uint8 batch, pinned vs pageable memory (CUDA only)."""
+    if device.type != "cuda":
+        return []
+    cases = []
+    per_image = opts.image_size * opts.image_size * 3
+    for kind in ("pinned", "pageable"):
+        host = torch.empty(opts.batch_size * per_image, dtype=torch.uint8, pin_memory=kind == "pinned")
+
+        def batches(_: int, host=host):
+            for _ in range(200):
+                yield host.to(device, non_blocking=True)
+
+        cases.append(Case(name, "-", "h2d", kind, timed(batches, lambda b: opts.batch_size, opts, device, step=False),
+                          per_image))
+    return cases
+
+
+SUITES: dict[str, Callable[[str, Dataset, BenchOptions, torch.device], list[Case]]] = {
+    "read": suite_read, "decode": suite_decode, "baseline": suite_baseline,
+    "pipeline": suite_pipeline, "h2d": suite_h2d,
+}

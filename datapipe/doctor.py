@@ -1,0 +1,138 @@
+"""`datapipe doctor`: what to check before blaming the input pipeline, each with a plain hint."""
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .backends import dali_installed
+
+READ_PROBE_BYTES = 256 << 20
+
+
+@dataclass
+class Check:
+    name: str
+    value: Any
+    status: str = "ok"  # ok | warn | info
+    hint: str = ""
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _dali_version() -> str | None:
+    if not dali_installed():
+        return None
+    import nvidia.dali
+
+    return nvidia.dali.__version__
+
+
+def _driver_version() -> str | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True, timeout=20)
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+
+def machine_info() -> dict[str, Any]:
+    """The facts every benchmark result is stamped with."""
+    import PIL
+
+    gpu = None
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        gpu = {"name": p.name, "memory_gib": round(p.total_memory / 2**30, 1), "count": torch.cuda.device_count()}
+    return {"cores": cores(), "gpu": gpu, "python": platform.python_version(), "torch": torch.__version__,
+            "cuda": torch.version.cuda, "dali": _dali_version(), "pillow": PIL.__version__,
+            "platform": platform.platform()}
+
+
+def _gpu_checks() -> list[Check]:
+    if not torch.cuda.is_available():
+        return [Check("gpu", None, "info", "no CUDA GPU visible: datapipe runs its CPU path (the dataloader "
+                                           "backend); check the driver and CUDA_VISIBLE_DEVICES if you expected one")]
+    checks = []
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        checks.append(Check(f"gpu{i}", f"{p.name}, {p.total_memory / 2**30:.0f} GiB"))
+    checks.append(Check("driver", _driver_version()))
+    checks.append(Check("cudnn", torch.backends.cudnn.version(),
+                        "ok" if torch.backends.cudnn.is_available() else "warn",
+                        "" if torch.backends.cudnn.is_available() else "cuDNN missing: convolutions will be slow"))
+    try:
+        torch.empty(1 << 20, dtype=torch.uint8, pin_memory=True)
+        checks.append(Check("pinned_memory", "allowed"))
+    except RuntimeError as exc:
+        checks.append(Check("pinned_memory", f"refused ({exc})", "warn",
+                            "pinned memory failed: raise `ulimit -l` or the container's memlock limit"))
+    return checks
+
+
+def _data_checks(data: Path) -> list[Check]:
+    usage = shutil.disk_usage(data if data.is_dir() else data.parent)
+    free = Check("disk_free", f"{usage.free / 1e9:.1f} GB of {usage.total / 1e9:.1f} GB")
+    if usage.free < 0.05 * usage.total:
+        free.status, free.hint = "warn", "under 5% free: conversions (which stage their output) may fail"
+    files = [data] if data.is_file() else sorted(p for p in data.rglob("*") if p.is_file())
+    read, started = 0, time.perf_counter()
+    for f in files:
+        with open(f, "rb") as fh:
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # measure the disk, not the cache
+            while read < READ_PROBE_BYTES and (chunk := fh.read(8 << 20)):
+                read += len(chunk)
+        if read >= READ_PROBE_BYTES:
+            break
+    mb_s = read / 1e6 / max(time.perf_counter() - started, 1e-9)
+    speed = Check("read_speed", f"{mb_s:.0f} MB/s over {read / 1e6:.0f} MB of {data}")
+    if read and mb_s < 200:
+        speed.status, speed.hint = "warn", ("under 200 MB/s: ImageNet training needs ~250 MB/s per GPU; pack into "
+                                            "WebDataset shards (sequential reads) or copy the data to local NVMe")
+    return [free, speed]
+
+
+def diagnose(data: str | Path | None, env: Mapping[str, str]) -> list[Check]:
+    """Every check; `env` is the process environment (passed in, read by the CLI)."""
+    n = cores()
+    checks = [Check("python", platform.python_version()), Check("torch", torch.__version__),
+              Check("cuda", torch.version.cuda or "none (CPU build)")]
+    checks += _gpu_checks()
+    dali = _dali_version()
+    checks.append(Check("dali", dali or "not installed", "ok" if dali else "info",
+                        "" if dali else "pip install 'datapipe[dali]' for GPU (nvJPEG) decode and augmentation"))
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    per = f"{max(1, n // gpus)} per GPU process" if gpus else str(n)
+    workers = Check("cores", f"{n} (recommended num_workers: {per})")
+    if gpus and n < 4 * gpus:
+        workers.status, workers.hint = "warn", "fewer than 4 cores per GPU: CPU decode will starve it; use DALI"
+    checks.append(workers)
+    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    checks.append(Check("memlock_limit", "unlimited" if soft == resource.RLIM_INFINITY else f"{soft >> 10} KiB"))
+    omp = env.get("OMP_NUM_THREADS")
+    checks.append(Check("OMP_NUM_THREADS", omp or "unset",
+                        "warn" if omp and omp.isdigit() and int(omp) > n else "ok",
+                        f"larger than the {n} cores: threads will oversubscribe" if omp and omp.isdigit() and int(omp) > n else ""))
+    alloc = env.get("PYTORCH_CUDA_ALLOC_CONF")
+    checks.append(Check("PYTORCH_CUDA_ALLOC_CONF", alloc or "unset", "info" if gpus and not alloc else "ok",
+                        "expandable_segments:True often lowers fragmentation with varying batch shapes"
+                        if gpus and not alloc else ""))
+    if data is not None:
+        checks += _data_checks(Path(data))
+    return checks
+
+
+def as_json(checks: list[Check]) -> dict[str, Any]:
+    return {"checks": [asdict(c) for c in checks], "machine": machine_info()}
