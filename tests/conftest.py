@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from converters import ConvertOptions, convert
+from datapipe.scan import scan_folder
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 IMAGEFOLDER = FIXTURES / "imagefolder"
@@ -25,11 +26,9 @@ def imagefolder() -> Path:
 
 
 @pytest.fixture(scope="session", params=sorted(SUFFIX))
-def packed(request, tmp_path_factory) -> Path:
+def packed(request) -> Path:
     """The fixture folder converted to each format (session-wide; tests must not modify it)."""
-    dst = tmp_path_factory.mktemp(request.param) / f"fixture{SUFFIX[request.param]}"
-    convert(IMAGEFOLDER, dst, ConvertOptions(workers=2, progress=False, shard_bytes=64 << 10))
-    return dst
+    return request.getfixturevalue(f"packed_{request.param}")
 
 
 @pytest.fixture
@@ -38,3 +37,50 @@ def packed_copy(packed, tmp_path) -> Path:
     dst = tmp_path / packed.name
     (shutil.copytree if packed.is_dir() else shutil.copy2)(packed, dst)
     return dst
+
+
+@pytest.fixture(scope="session")
+def clean_folder(tmp_path_factory):
+    """The fixture folder without its bad files (DALI's readers.file decodes whatever it is given)."""
+    root = tmp_path_factory.mktemp("clean") / "images"
+    shutil.copytree(IMAGEFOLDER, root, symlinks=False)
+    for bad in BAD_FILES:
+        (root / bad).unlink()
+    return root
+
+
+@pytest.fixture(scope="session")
+def foreign_shards(tmp_path_factory):
+    """Shards written by the webdataset library itself: .jpg/.png + .cls, no .idx, no manifest."""
+    import webdataset as wds
+
+    root = tmp_path_factory.mktemp("foreign")
+    files = [f for f in scan_folder(IMAGEFOLDER).splits["train"] if f.relpath not in BAD_FILES
+             and f.path.read_bytes()[:3] in (b"\xff\xd8\xff", b"\x89PN")]
+    for shard in range(2):
+        with wds.TarWriter(str(root / f"foreign-{shard:06d}.tar")) as sink:
+            for f in files[shard::2]:
+                ext = "jpg" if f.path.read_bytes()[:3] == b"\xff\xd8\xff" else "png"
+                sink.write({"__key__": f.key, ext: f.path.read_bytes(), "cls": str(f.label)})
+    return str(root / "foreign-{000000..000001}.tar")
+
+
+def _packed(tmp_path_factory, suffix):
+    dst = tmp_path_factory.mktemp(suffix.strip(".")) / f"fixture{suffix}"
+    convert(IMAGEFOLDER, dst, ConvertOptions(workers=2, progress=False, shard_bytes=64 << 10))
+    return dst
+
+
+@pytest.fixture(scope="session")
+def packed_lmdb(tmp_path_factory):
+    return _packed(tmp_path_factory, ".lmdb")
+
+
+@pytest.fixture(scope="session")
+def packed_hdf5(tmp_path_factory):
+    return _packed(tmp_path_factory, ".h5")
+
+
+@pytest.fixture(scope="session")
+def packed_wds(tmp_path_factory):
+    return _packed(tmp_path_factory, ".wds")

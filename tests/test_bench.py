@@ -1,0 +1,68 @@
+"""`datapipe bench` and `datapipe doctor` on a machine without CUDA: JSON shape, plot, table, hints."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from datapipe.bench import BenchOptions, run_bench
+from datapipe.bench.report import table
+from datapipe.doctor import diagnose
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "datapipe", *map(str, args)], capture_output=True, text=True)
+
+
+def test_bench_json_plot_and_table(packed_lmdb, clean_folder, tmp_path):
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    done = run("bench", packed_lmdb, clean_folder, "--batch-size", "4", "--image-size", "32", "--seconds", "0.5",
+               "--repeats", "2", "--warmup", "1", "--workers", "1", "--json", out, "--plot", png)
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert doc["machine"]["cores"] >= 1 and doc["machine"]["gpu"] is None and doc["machine"]["torch"]
+    rows = doc["results"]
+    for row in rows:
+        assert {"backend", "format", "suite", "images_per_s", "mb_per_s"} <= row.keys()
+    kinds = {(r["format"], r["suite"], r["backend"]) for r in rows}
+    for backend in ("dataloader", "prefetch", "dali"):
+        assert ("lmdb", "pipeline", backend) in kinds and ("folder", "pipeline", backend) in kinds
+    assert ("lmdb", "baseline", "naive-imagefolder") in kinds and ("folder", "baseline", "plain-dali-cpu") in kinds
+    assert ("lmdb", "read", "-") in kinds and ("lmdb", "decode", "pil-1-core") in kinds
+    assert all(r["images_per_s"] > 0 and len(r["runs"]) == 2 for r in rows)
+    assert all(r["x_naive"] for r in rows if r["suite"] == "pipeline")
+    assert next(r for r in rows if r["suite"] == "read")["mb_per_s"] > 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert "naive-imagefolder" in done.stdout and "x naive" in done.stdout
+
+
+def test_simulated_step_reports_data_wait(packed_lmdb):
+    rows = run_bench([packed_lmdb], BenchOptions(backends=("dataloader",), batch_size=4, image_size=32, seconds=0.5,
+                                                 repeats=1, warmup=1, workers=1, simulate_step_ms=20),
+                     suites=("pipeline",))
+    assert 0 <= rows[0].data_wait_pct < 100
+    assert "wait%" in table(rows)
+
+
+def test_bench_rejects_bad_options(packed_lmdb):
+    with pytest.raises(ValueError, match="unknown backends"):
+        BenchOptions(backends=("turbo",))
+    with pytest.raises(ValueError, match="unknown suites"):
+        run_bench([packed_lmdb], BenchOptions(), suites=("everything",))
+
+
+def test_doctor_without_cuda(clean_folder):
+    checks = {c.name: c for c in diagnose(clean_folder, {"OMP_NUM_THREADS": "512"})}
+    assert checks["gpu"].status == "info" and "no CUDA GPU" in checks["gpu"].hint
+    assert checks["dali"].value != "not installed"
+    assert checks["OMP_NUM_THREADS"].status == "warn" and "oversubscribe" in checks["OMP_NUM_THREADS"].hint
+    assert "MB/s" in checks["read_speed"].value and "GB" in checks["disk_free"].value
+    assert "recommended num_workers" in checks["cores"].value
+
+
+def test_doctor_cli_json(clean_folder):
+    done = run("doctor", clean_folder, "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert {c["name"] for c in doc["checks"]} >= {"torch", "cuda", "dali", "cores", "read_speed"}
+    assert doc["machine"]["cores"] >= 1
