@@ -154,6 +154,59 @@ def _run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="reference AMP/DDP training loop (run under torchrun for several GPUs)")
+    p.add_argument("data", help="packed dataset or image folder (train split; val split evaluated if present)")
+    p.add_argument("--model", default="resnet50", choices=["resnet18", "resnet34", "resnet50", "resnet101"])
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=256, help="per GPU (per process)")
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--weight-decay", type=float, default=1e-4)
+    p.add_argument("--warmup-epochs", type=float, default=1.0)
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--backend", default="auto", choices=["auto", "dataloader", "prefetch", "dali"])
+    p.add_argument("--amp", choices=["bf16", "fp16", "off"], help="default: bf16 where the GPU supports it, else off")
+    p.add_argument("--accum-steps", type=int, default=1, help="gradient accumulation steps")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--checkpoint-activations", action="store_true", help="recompute activations (big models)")
+    p.add_argument("--no-channels-last", action="store_true", help="keep NCHW contiguous memory format")
+    p.add_argument("--profile", action="store_true", help="write a torch.profiler trace of a few steps to OUT/profile")
+    p.add_argument("--workers", type=int, help="loader workers per process (default: all cores)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=50, help="steps between loss logs (the only host syncs)")
+    p.add_argument("--save-every", type=int, default=0, help="also checkpoint every N steps (default: epoch ends)")
+    p.add_argument("--max-steps", type=int, help="stop after N optimizer steps, checkpointing the position")
+    p.add_argument("--out", required=True, help="folder for metrics.jsonl, last.pt, summary.json")
+    p.add_argument("--resume", metavar="LAST_PT", help="continue from a checkpoint (mid-epoch included)")
+    p.set_defaults(run=_run_train)
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    import os
+
+    from .train import DistEnv, TrainConfig, train
+
+    env = DistEnv(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+                  int(os.environ.get("LOCAL_RANK", 0)))
+    if not env.is_main:
+        logging.getLogger().setLevel(logging.WARNING)
+    config = TrainConfig(
+        data=args.data, out=args.out, model=args.model, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+        weight_decay=args.weight_decay, warmup_epochs=args.warmup_epochs, label_smoothing=args.label_smoothing,
+        image_size=args.image_size, backend=args.backend, amp=args.amp, accum_steps=args.accum_steps,
+        compile=args.compile, checkpoint_activations=args.checkpoint_activations,
+        channels_last=not args.no_channels_last, profile=args.profile, resume=args.resume, workers=args.workers,
+        seed=args.seed, log_every=args.log_every, save_every=args.save_every, max_steps=args.max_steps)
+    metrics = train(config, env)
+    if env.is_main and metrics:
+        last = metrics[-1]
+        acc = f"{last['val_acc']:.3f}" if last["val_acc"] is not None else "n/a"
+        print(f"epoch {last['epoch']}: loss {last['train_loss']:.4f}, val_acc {acc}, "
+              f"{last['images_per_s']:.0f} img/s, data wait {last['data_wait_pct']:.1f}% ({last['backend']})")
+    return 0
+
+
 def _run_doctor(args: argparse.Namespace) -> int:
     import os
 
@@ -182,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path")
     p.set_defaults(run=_run_verify)
     _add_bench(sub)
+    _add_train(sub)
     p = sub.add_parser("doctor", help="check torch, CUDA, DALI, cores, pinned memory, disk and environment")
     p.add_argument("data", nargs="?", help="a dataset path: also check its disk's free space and read speed")
     p.add_argument("--json", action="store_true")

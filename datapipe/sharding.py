@@ -71,6 +71,13 @@ class EpochPlan:
             return self.size // self.shard.world_size
         return math.ceil(self.size / self.shard.world_size)
 
+    @property
+    def real_samples(self) -> int:
+        """How many of this rank's samples are not padding (they come first in its order)."""
+        if self.drop_last:
+            return len(self) * self.batch_size
+        return len(range(self.shard.rank, self.size, self.shard.world_size))
+
     def __len__(self) -> int:
         """Batches per rank per epoch (the same on every rank)."""
         if self.drop_last:

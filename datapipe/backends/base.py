@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ..formats.base import Dataset
 from ..sharding import EpochPlan, Shard
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,8 @@ class Loader(abc.ABC):
 
     backend: str = ""
 
-    def __init__(self, plan: EpochPlan, options: LoaderOptions, *, reason: str = "") -> None:
+    def __init__(self, dataset: Dataset, plan: EpochPlan, options: LoaderOptions, *, reason: str = "") -> None:
+        self.dataset = dataset
         self.plan = plan
         self.options = options
         self.reason = reason
@@ -111,12 +113,17 @@ class Loader(abc.ABC):
     def __len__(self) -> int:
         return len(self.plan)
 
+    @property
+    def batches_done(self) -> int:
+        """Batches of the current epoch handed out so far (a resume point)."""
+        return self._served
+
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration reads (its order is seeded by (seed, epoch))."""
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
-        if epoch != self.epoch:
-            self.epoch, self._start = epoch, 0
+        if epoch != self.epoch or self._served:
+            self.epoch, self._start, self._served = epoch, 0, 0
 
     def state_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "epoch": self.epoch, "batches_done": self._served,

@@ -63,8 +63,7 @@ class DaliLoader(Loader):
 
     def __init__(self, dataset: Dataset, plan: EpochPlan, options: LoaderOptions, *, reason: str = "") -> None:
         require_dali()
-        super().__init__(plan, options, reason=reason)
-        self.dataset = dataset
+        super().__init__(dataset, plan, options, reason=reason)
         self.device = options.torch_device
         self.labels = None
         if isinstance(dataset, FolderDataset):

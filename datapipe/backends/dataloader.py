@@ -82,8 +82,7 @@ class DataLoaderLoader(Loader):
     backend = "dataloader"
 
     def __init__(self, dataset: Dataset, plan: EpochPlan, options: LoaderOptions, *, reason: str = "") -> None:
-        super().__init__(plan, options, reason=reason)
-        self.dataset = dataset
+        super().__init__(dataset, plan, options, reason=reason)
         self.device = options.torch_device
         pin = options.pin_memory if options.pin_memory is not None else self.device.type == "cuda"
         workers = options.workers

@@ -1,0 +1,7 @@
+"""The reference AMP/DDP training loop (`datapipe train`, or `torchrun ... -m datapipe train`)."""
+from .config import TrainConfig
+from .ddp import DistEnv
+from .loop import Trainer, train
+from .models import build_model
+
+__all__ = ["train", "Trainer", "TrainConfig", "DistEnv", "build_model"]

@@ -1,0 +1,263 @@
+"""The reference AMP/DDP training loop: the loader at full speed, and the numbers that show it.
+
+No host sync per step: losses accumulate on the device and are read once per log interval.
+`data_wait_pct` is the share of the epoch the loop spent blocked on the next batch: the figure that
+says whether the GPU starves.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..backends import Loader, make_loader
+from . import checkpoint
+from .config import TrainConfig, warmup_cosine
+from .ddp import DistEnv, all_max, all_sum, gather_strings, setup, teardown
+from .models import build_model
+
+log = logging.getLogger("datapipe.train")
+
+
+@dataclass
+class EpochSums:
+    """Running totals of one epoch on this rank (kept in checkpoints for mid-epoch resume)."""
+
+    loss_sum: float = 0.0
+    images: int = 0
+    wait: float = 0.0
+    seconds: float = 0.0
+
+
+def resolve_amp(amp: str | None, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype: bf16 by default where the GPU supports it, fp16 only on CUDA, else none."""
+    if amp is None:
+        amp = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "off"
+    if amp == "fp16" and device.type != "cuda":
+        raise ValueError("--amp fp16 needs a CUDA GPU (it relies on GradScaler); use --amp bf16 or off on CPU")
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}[amp]
+
+
+def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """No weight decay on BatchNorm weights and biases (1-d parameters)."""
+    decay = [p for p in model.parameters() if p.ndim > 1]
+    rest = [p for p in model.parameters() if p.ndim <= 1]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
+class Trainer:
+    """One rank of a training run; `fit()` runs it and returns the per-epoch metrics."""
+
+    def __init__(self, config: TrainConfig, env: DistEnv = DistEnv()) -> None:
+        self.config, self.env = config, env
+        self.device = setup(env)
+        self.out = Path(config.out)
+        if env.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(config.seed)
+        common = dict(backend=config.backend, batch_size=config.batch_size, image_size=config.image_size,
+                      seed=config.seed, num_workers=config.workers, device=str(self.device),
+                      channels_last=config.channels_last)
+        self.loader: Loader = make_loader(config.data, split="train", train=True, **common)
+        self.val_loader = self._val_loader(common)
+        model = build_model(config.model, len(self.loader.dataset.classes),
+                            checkpoint_activations=config.checkpoint_activations).to(self.device)
+        self.model = model.to(memory_format=torch.channels_last) if config.channels_last else model
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True
+        self.net: nn.Module = self.model
+        if env.distributed:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.net = nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+        if config.compile:
+            self.net = torch.compile(self.net)
+        self.optimizer = torch.optim.SGD(_param_groups(self.model, config.weight_decay), lr=config.lr,
+                                         momentum=config.momentum)
+        self.steps_per_epoch = math.ceil(len(self.loader) / config.accum_steps)
+        schedule = functools.partial(warmup_cosine, warmup=int(config.warmup_epochs * self.steps_per_epoch),
+                                     total=self.steps_per_epoch * config.epochs)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
+        self.amp = resolve_amp(config.amp, self.device)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp == torch.float16)
+        self.criterion = nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
+        self.epoch, self.step, self.sums, self.positioned = 0, 0, EpochSums(), False
+        self.metrics: list[dict[str, Any]] = []
+        if config.resume:
+            self._restore(checkpoint.load(config.resume))
+
+    def _val_loader(self, common: dict[str, Any]) -> Loader | None:
+        try:
+            return make_loader(self.config.data, split="val", train=False, **common)
+        except ValueError as exc:
+            if "not in" not in str(exc):
+                raise
+            log.info("no val split: val_acc will be null")
+            return None
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.amp is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp)
+
+    # ---- state ------------------------------------------------------------------------------
+    def _state(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scaler": self.scaler.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "loader": self.loader.state_dict(), "epoch": self.epoch, "step": self.step,
+                "sums": asdict(self.sums), "metrics": self.metrics, "config": asdict(self.config)}
+
+    def _save(self) -> None:
+        if self.env.is_main:
+            checkpoint.save(self.out / "last.pt", self._state())
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.loader.load_state_dict({**state["loader"], "rank": self.env.rank})  # every rank is at one position
+        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        self.sums, self.metrics, self.positioned = EpochSums(**state["sums"]), list(state["metrics"]), True
+        log.info("resumed at epoch %d, step %d, batch %d", self.epoch, self.step, state["loader"]["batches_done"])
+
+    # ---- training ---------------------------------------------------------------------------
+    def fit(self) -> list[dict[str, Any]]:
+        try:
+            while self.epoch < self.config.epochs:
+                if not self.positioned:
+                    self.loader.set_epoch(self.epoch)
+                self.positioned = False
+                if not self._train_epoch():
+                    break  # max_steps reached: last.pt holds the position
+                self._finish_epoch()
+            self._write_summary()
+        finally:
+            teardown()
+        return self.metrics
+
+    def _train_epoch(self) -> bool:
+        """Train until the epoch ends (True) or max_steps is reached (False)."""
+        self.net.train()
+        loss_sum = torch.tensor(self.sums.loss_sum, device=self.device)
+        self._clock, self._wait = time.perf_counter(), 0.0
+        profiler = self._profiler()
+        with profiler or contextlib.nullcontext():
+            batches = iter(self.loader)
+            while True:
+                asked = time.perf_counter()
+                batch = next(batches, None)
+                self._wait += time.perf_counter() - asked
+                if batch is None:
+                    break
+                number = self.loader.batches_done
+                boundary = number % self.config.accum_steps == 0 or number == len(self.loader)
+                loss_sum += self._forward_backward(batch, sync=boundary) * len(batch.labels)
+                self.sums.images += len(batch.labels)
+                if profiler is not None:
+                    profiler.step()
+                if boundary and not self._after_step(loss_sum):
+                    return False
+        self._account(loss_sum)
+        return True
+
+    def _forward_backward(self, batch, *, sync: bool) -> torch.Tensor:
+        images, labels, _ = batch
+        no_sync = getattr(self.net, "no_sync", None)
+        with (no_sync() if no_sync is not None and not sync else contextlib.nullcontext()):
+            with self._autocast():
+                loss = self.criterion(self.net(images), labels)
+            self.scaler.scale(loss / self.config.accum_steps).backward()
+        return loss.detach().float()
+
+    def _after_step(self, loss_sum: torch.Tensor) -> bool:
+        """Optimizer step, schedule, logging and checkpoints; False when max_steps is reached."""
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.step += 1
+        if self.step % self.config.log_every == 0 and self.env.is_main:
+            log.info("epoch %d step %d loss %.4f lr %.4g", self.epoch, self.step,
+                     loss_sum.item() / max(1, self.sums.images), self.scheduler.get_last_lr()[0])
+        stop = self.config.max_steps is not None and self.step >= self.config.max_steps
+        if stop or (self.config.save_every and self.step % self.config.save_every == 0):
+            self._account(loss_sum)
+            self._save()
+        return not stop
+
+    def _account(self, loss_sum: torch.Tensor) -> None:
+        """Fold the time since the last account into the epoch's sums (a sync: epoch end or save only)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        self.sums.loss_sum = float(loss_sum.item())
+        self.sums.wait += self._wait
+        self.sums.seconds += now - self._clock
+        self._clock, self._wait = now, 0.0
+
+    def _profiler(self) -> torch.profiler.profile | None:
+        if not (self.config.profile and self.env.is_main and self.epoch == 0):
+            return None
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        return torch.profiler.profile(
+            activities=activities, schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1),
+            on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.out / "profile")))
+
+    # ---- epoch end --------------------------------------------------------------------------
+    def evaluate(self) -> float | None:
+        """Top-1 accuracy on the val split over all ranks (padding that evens out ranks not counted)."""
+        if self.val_loader is None:
+            return None
+        self.net.eval()
+        real = self.val_loader.plan.real_samples
+        correct, seen = torch.zeros((), device=self.device), 0
+        with torch.no_grad(), self._autocast():
+            for images, labels, _ in self.val_loader:
+                keep = max(0, min(len(labels), real - seen))
+                seen += len(labels)
+                correct += (self.net(images).argmax(1)[:keep] == labels[:keep]).sum()
+        total_correct, total = all_sum([float(correct.item()), float(min(seen, real))], self.device)
+        return total_correct / max(1.0, total)
+
+    def _finish_epoch(self) -> None:
+        val_acc = self.evaluate()
+        loss_sum, images, wait_share = all_sum([self.sums.loss_sum, self.sums.images,
+                                                self.sums.wait / max(self.sums.seconds, 1e-9)], self.device)
+        seconds = all_max(self.sums.seconds, self.device)
+        record = {"epoch": self.epoch, "train_loss": loss_sum / max(images, 1), "val_acc": val_acc,
+                  "images_per_s": images / max(seconds, 1e-9), "data_wait_pct": 100 * wait_share / self.env.world_size,
+                  "world_size": self.env.world_size, "backend": self.loader.backend,
+                  "lr": self.scheduler.get_last_lr()[0], "steps": self.step, "seconds": seconds}
+        self.metrics.append(record)
+        if self.env.is_main:
+            with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record) + "\n")
+            log.info("epoch %d: %s", self.epoch, json.dumps(record))
+        self.epoch += 1
+        self.sums = EpochSums()
+        self.loader.set_epoch(self.epoch)
+        self.positioned = True
+        self._save()
+
+    def _write_summary(self) -> None:
+        digests = gather_strings(checkpoint.weights_digest(self.model))
+        if self.env.is_main:
+            summary = {"epochs_done": self.epoch, "steps": self.step, "weights_digest_per_rank": digests,
+                       "last": self.metrics[-1] if self.metrics else None}
+            (self.out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+
+
+def train(config: TrainConfig, env: DistEnv = DistEnv()) -> list[dict[str, Any]]:
+    """Run a training job (one rank of it under torchrun); returns the per-epoch metrics."""
+    return Trainer(config, env).fit()

@@ -1,0 +1,85 @@
+"""ResNet-18/34/50/101 (He et al. 2016) without torchvision: the torchvision layout, with the last
+BatchNorm of every residual block initialised to zero (each block starts as the identity, Goyal et
+al. 2017), and optional activation checkpointing per block for large models."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+
+def _conv_bn(cin: int, cout: int, k: int, stride: int = 1) -> list[nn.Module]:
+    return [nn.Conv2d(cin, cout, k, stride, k // 2, bias=False), nn.BatchNorm2d(cout)]
+
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, cin: int, width: int, stride: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(*_conv_bn(cin, width, 3, stride), nn.ReLU(inplace=True), *_conv_bn(width, width, 3))
+        self.shortcut = nn.Sequential(*_conv_bn(cin, width, 1, stride)) if stride != 1 or cin != width else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + self.shortcut(x))
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, cin: int, width: int, stride: int) -> None:
+        super().__init__()
+        cout = width * self.expansion
+        self.body = nn.Sequential(*_conv_bn(cin, width, 1), nn.ReLU(inplace=True),
+                                  *_conv_bn(width, width, 3, stride), nn.ReLU(inplace=True), *_conv_bn(width, cout, 1))
+        self.shortcut = nn.Sequential(*_conv_bn(cin, cout, 1, stride)) if stride != 1 or cin != cout else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + self.shortcut(x))
+
+
+class ResNet(nn.Module):
+    def __init__(self, block: type[BasicBlock] | type[Bottleneck], layers: list[int], num_classes: int,
+                 checkpoint_activations: bool = False) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(*_conv_bn(3, 64, 7, 2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1))
+        blocks, cin = [], 64
+        for stage, (width, count) in enumerate(zip((64, 128, 256, 512), layers)):
+            for i in range(count):
+                blocks.append(block(cin, width, 2 if i == 0 and stage > 0 else 1))
+                cin = width * block.expansion
+        self.blocks = nn.ModuleList(blocks)
+        self.head = nn.Linear(cin, num_classes)
+        self.checkpoint_activations = checkpoint_activations
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+        for b in self.blocks:
+            nn.init.zeros_(b.body[-1].weight)  # the block's last BN: the block starts as the identity
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        for b in self.blocks:
+            x = checkpoint(b, x, use_reentrant=False) if self.checkpoint_activations and self.training else b(x)
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+ARCHITECTURES = {
+    "resnet18": (BasicBlock, [2, 2, 2, 2]),
+    "resnet34": (BasicBlock, [3, 4, 6, 3]),
+    "resnet50": (Bottleneck, [3, 4, 6, 3]),
+    "resnet101": (Bottleneck, [3, 4, 23, 3]),
+}
+
+
+def build_model(name: str, num_classes: int, *, checkpoint_activations: bool = False) -> ResNet:
+    if name not in ARCHITECTURES:
+        raise ValueError(f"unknown model {name!r}; choose one of {sorted(ARCHITECTURES)}")
+    block, layers = ARCHITECTURES[name]
+    return ResNet(block, layers, num_classes, checkpoint_activations)

@@ -1,0 +1,99 @@
+"""The reference loop on CPU: it learns, DDP keeps ranks identical, resume equals an unbroken run."""
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from converters import ConvertOptions, convert
+from datapipe.train import TrainConfig, build_model, train
+from datapipe.train.checkpoint import load
+from tools.make_sample import make
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def learnable(tmp_path_factory):
+    """3 classes, each made of crops of its own pictures: learnable, with a val split."""
+    root = tmp_path_factory.mktemp("learn")
+    make(root / "images", per_class=24, size=(64, 48), seed=1, extras=False)
+    convert(root / "images", root / "learn.lmdb", ConvertOptions(workers=1, progress=False))
+    return str(root / "learn.lmdb")
+
+
+def config(data, out, **kw):
+    base = dict(data=data, out=str(out), model="resnet18", epochs=3, batch_size=12, lr=0.05, image_size=32,
+                warmup_epochs=0.5, workers=1, log_every=5, backend="dataloader")
+    return TrainConfig(**{**base, **kw})
+
+
+def test_a_few_epochs_learn_clearly_above_chance(learnable, tmp_path):
+    metrics = train(config(learnable, tmp_path))
+    assert [m["epoch"] for m in metrics] == [0, 1, 2]
+    assert metrics[-1]["val_acc"] >= 0.8  # chance is 1/3
+    assert metrics[-1]["train_loss"] < metrics[0]["train_loss"]
+    lines = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert lines == metrics
+    for key in ("epoch", "train_loss", "val_acc", "images_per_s", "data_wait_pct", "world_size", "backend", "lr"):
+        assert key in lines[0]
+    assert 0 <= lines[0]["data_wait_pct"] <= 100 and lines[0]["world_size"] == 1
+    assert set(load(tmp_path / "last.pt")) >= {"model", "optimizer", "scaler", "scheduler", "loader"}
+
+
+def test_resume_mid_epoch_matches_an_uninterrupted_run(learnable, tmp_path):
+    train(config(learnable, tmp_path / "whole", epochs=2))
+    steps_per_epoch = 6  # 72 train images / 12
+    train(config(learnable, tmp_path / "broken", epochs=2, max_steps=steps_per_epoch + 2))
+    stopped = load(tmp_path / "broken" / "last.pt")
+    assert stopped["epoch"] == 1 and stopped["loader"]["batches_done"] == 2
+    train(config(learnable, tmp_path / "broken", epochs=2, resume=str(tmp_path / "broken" / "last.pt")))
+    whole, resumed = load(tmp_path / "whole" / "last.pt"), load(tmp_path / "broken" / "last.pt")
+    assert resumed["step"] == whole["step"] == 2 * steps_per_epoch
+    for name, tensor in whole["model"].items():
+        assert torch.allclose(tensor.float(), resumed["model"][name].float(), rtol=1e-4, atol=1e-5), name
+    assert resumed["metrics"][-1]["val_acc"] == whole["metrics"][-1]["val_acc"]
+
+
+def test_gradient_accumulation_and_profile_trace(learnable, tmp_path):
+    metrics = train(config(learnable, tmp_path, epochs=1, accum_steps=2, profile=True))
+    assert metrics[0]["steps"] == 3  # 6 batches, 2 per optimizer step
+    traces = list((tmp_path / "profile").glob("*.json*"))
+    assert traces and traces[0].stat().st_size > 1000
+
+
+def test_two_process_gloo_run_through_torchrun_ends_with_identical_weights(learnable, tmp_path):
+    with socket.socket() as probe:  # a free port, so parallel test runs do not collide
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(port),
+           "-m", "datapipe", "train", learnable, "--model", "resnet18", "--epochs", "2", "--batch-size", "6",
+           "--image-size", "32", "--lr", "0.05", "--workers", "1", "--backend", "dataloader", "--out", str(tmp_path)]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    digests = summary["weights_digest_per_rank"]
+    assert len(digests) == 2 and digests[0] == digests[1]
+    metrics = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 2 and all(m["world_size"] == 2 for m in metrics)
+    assert metrics[-1]["val_acc"] is not None
+
+
+def test_models_match_torchvision_sizes_and_start_blocks_as_identity():
+    assert sum(p.numel() for p in build_model("resnet50", 1000).parameters()) == 25_557_032
+    assert sum(p.numel() for p in build_model("resnet18", 1000).parameters()) == 11_689_512
+    model = build_model("resnet18", 10)
+    assert all(float(b.body[-1].weight.detach().abs().sum()) == 0 for b in model.blocks)
+
+
+def test_clear_errors(learnable, tmp_path):
+    with pytest.raises(ValueError, match="fp16 needs a CUDA GPU"):
+        train(config(learnable, tmp_path, amp="fp16"))
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        train(config(learnable, tmp_path, resume=str(tmp_path / "nope.pt")))
+    with pytest.raises(ValueError, match="epochs must be >= 1"):
+        config(learnable, tmp_path, epochs=0)
