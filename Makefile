@@ -25,10 +25,15 @@ demo: install
 	$(BIN)/python tools/make_sample.py --out $(SAMPLE) --overwrite
 	$(BIN)/datapipe convert $(SAMPLE) $(DEMO)/sample.lmdb --overwrite
 	$(BIN)/datapipe convert $(SAMPLE) $(DEMO)/sample.h5 --overwrite
-	$(BIN)/datapipe convert $(SAMPLE) $(DEMO)/sample.wds --overwrite
+	$(BIN)/datapipe convert $(SAMPLE) $(DEMO)/sample.wds --overwrite --shard-size 8MB
 	$(BIN)/datapipe info $(DEMO)/sample.lmdb
 	$(BIN)/datapipe info $(DEMO)/sample.h5
 	$(BIN)/datapipe info $(DEMO)/sample.wds
+	$(BIN)/datapipe doctor $(DEMO)/sample.lmdb
+	$(BIN)/datapipe bench $(DEMO)/sample.lmdb $(DEMO)/sample.h5 $(DEMO)/sample.wds --batch-size 32 \
+		--seconds 2 --repeats 3 --json $(DEMO)/bench.json --plot $(DEMO)/bench.png
+	$(BIN)/datapipe train $(DEMO)/sample.lmdb --model resnet18 --epochs 1 --batch-size 32 --image-size 128 \
+		--lr 0.05 --log-every 5 --out $(DEMO)/train
 
 clean:
 	rm -rf build $(VENV)

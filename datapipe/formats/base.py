@@ -55,11 +55,15 @@ class Dataset(abc.ABC):
 
     def record(self, index: int) -> Record:
         """The stored record at `index` with its metadata (original path, digest)."""
+        return self._read(self._check(index))
+
+    def _check(self, index: int) -> int:
+        """`index` made non-negative, or an IndexError."""
         if index < 0:
             index += self._size
         if not 0 <= index < self._size:
             raise IndexError(f"index {index} out of range for split {self.split!r} of {self._size} records")
-        return self._read(index)
+        return index
 
     @abc.abstractmethod
     def _read(self, index: int) -> Record:

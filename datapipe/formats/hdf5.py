@@ -13,7 +13,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..records import Manifest, Record
+from ..records import Manifest, Record, Sample
 from .base import Dataset, PerProcess, Writer
 from .spool import Spool
 
@@ -52,8 +52,14 @@ def read_manifest(path: Path) -> Manifest | None:
     return None if text is None else Manifest.from_json(str(text), source=f"{path}:{MANIFEST_ATTR}")
 
 
-def _open_group(path: str, split: str) -> h5py.Group:
-    return h5py.File(path, "r")[split]
+class _Columns:
+    """One process's open split: dataset handles (an h5py name lookup costs more than the read
+    itself) and the labels in memory (8 bytes a record)."""
+
+    def __init__(self, path: str, split: str) -> None:
+        group = h5py.File(path, "r")[split]
+        self.data, self.keys, self.paths, self.sha256 = (group[n] for n in ("data", "keys", "paths", "sha256"))
+        self.labels = group["labels"][:]
 
 
 class Hdf5Dataset(Dataset):
@@ -63,14 +69,17 @@ class Hdf5Dataset(Dataset):
 
     def __init__(self, path: Path, manifest: Manifest, split: str) -> None:
         super().__init__(path, split=split, classes=manifest.classes, size=manifest.split(split).samples)
-        self._group = PerProcess(functools.partial(_open_group, str(path), split))
+        self._columns = PerProcess(functools.partial(_Columns, str(path), split))
+
+    def __getitem__(self, index: int) -> Sample:
+        c = self._columns.get()
+        index = self._check(index)
+        return Sample(c.keys[index].decode(), c.data[index].tobytes(), int(c.labels[index]))
 
     def _read(self, index: int) -> Record:
-        g = self._group.get()
-        return Record(
-            g["keys"][index].decode(), g["data"][index].tobytes(), int(g["labels"][index]),
-            g["paths"][index].decode(), g["sha256"][index].decode(),
-        )
+        c = self._columns.get()
+        return Record(c.keys[index].decode(), c.data[index].tobytes(), int(c.labels[index]),
+                      c.paths[index].decode(), c.sha256[index].decode())
 
 
 class Hdf5Writer(Writer):
