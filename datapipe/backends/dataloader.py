@@ -51,7 +51,12 @@ def collate(items: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list
     bad = [it for it in items if isinstance(it, BadSample)]
     if not good:
         return torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=torch.int64), bad
-    images = torch.stack([g[0] for g in good])
+    first = good[0][0]
+    out = None
+    if torch.utils.data.get_worker_info() is not None:  # stack straight into shared memory (no copy on send)
+        storage = first.untyped_storage()._new_shared(len(good) * first.numel() * first.element_size())
+        out = first.new(storage).view(len(good), *first.shape)
+    images = torch.stack([g[0] for g in good], out=out)
     labels = torch.tensor([g[1] for g in good], dtype=torch.int64)
     indices = torch.tensor([g[2] for g in good], dtype=torch.int64)
     return images, labels, indices, bad
