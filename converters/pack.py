@@ -155,6 +155,8 @@ def _check_destination(src: Path, dst: Path, staging: Path, options: ConvertOpti
     if dst.resolve() == src.resolve() or src.resolve() in dst.resolve().parents:
         raise ConvertError(f"the destination {dst} must not be the source folder or inside it")
     if dst.exists() and not options.overwrite:
+        if options.resume and not staging.exists():
+            raise ConvertError(f"{dst} is complete: there is nothing to resume (--overwrite converts it again)")
         raise ConvertError(f"{dst} already exists; pass --overwrite to replace it")
     if staging.exists() and not (options.resume or options.overwrite):
         raise ConvertError(f"an interrupted conversion left {staging}; pass --resume to finish it "
@@ -169,12 +171,19 @@ def convert(src: str | Path, dst: str | Path, options: ConvertOptions = ConvertO
     _check_destination(src, dst, staging, options)
     plan = make_plan(src, labels=options.labels, layout=options.layout, split=options.split,
                      shuffle_seed=options.seed if spec.sharded else None)
+    rejected = [bad for bads in plan.skipped.values() for bad in bads]
+    if options.strict and rejected:
+        raise ConvertError(f"{rejected[0]['path']}: {rejected[0]['reason']} (--strict stops at the first bad file)")
     dst.parent.mkdir(parents=True, exist_ok=True)
     writer, progress = _start(src, dst, options, spec, plan, staging)
     started = time.perf_counter()
     try:
         processed = _write_all(plan, writer, progress, staging, options)
-    except BaseException:
+    except ConvertError:  # --strict: nothing worth resuming
+        writer.abort()
+        remove(staging)
+        raise
+    except BaseException:  # interrupted: the staging folder stays for --resume
         writer.abort()
         raise
     seconds = time.perf_counter() - started
@@ -199,7 +208,6 @@ def _write_all(plan: Plan, writer: Any, progress: Progress, staging: Path, optio
             if data is None:
                 reason = digest_or_reason
                 if options.strict:
-                    remove(staging)
                     raise ConvertError(f"{task.path}: {reason} (--strict stops at the first bad file)")
                 log.debug("skipping %s: %s", task.path, reason)
                 info.skipped.append({"path": task.relpath, "reason": reason})

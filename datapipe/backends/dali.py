@@ -88,12 +88,12 @@ class DaliLoader(Loader):
                 initial_fill=min(4096, self.plan.size), seed=shuffle_seed, pad_last_batch=True,
                 stick_to_shard=True, name="reader")
             return images, fn.slice(ids, 1, 1, axes=[0]), fn.slice(ids, 0, 1, axes=[0])
-        order = np.concatenate(self.plan.batches(epoch, start)) if start < len(self.plan) else np.empty(0, np.int64)
+        batches = self.plan.batches(epoch, start)
         if self.source == "readers.file":
+            order = np.concatenate(batches)
             images, indices = fn.readers.file(files=[str(self.dataset.files[i].path) for i in order],
                                               labels=[int(i) for i in order], random_shuffle=False, name="reader")
             return images, None, indices
-        batches = self.plan.batches(epoch, start)
         return fn.external_source(source=PlannedBatches(self.dataset, batches), num_outputs=3, batch=True,
                                   batch_info=True, parallel=True, dtype=[types.UINT8, types.INT64, types.INT64])
 

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -34,10 +32,6 @@ def run_bench(sources: list[str | Path], options: BenchOptions = BenchOptions(),
                 log.info("bench repeat %d/%d: %s %s %s", repeat + 1, options.repeats, case.data, case.suite, case.backend)
                 results[id(case)].append(case.run(repeat))
     return [case.row(results[id(case)], options) for case in cases]
-
-
-def options_dict(options: BenchOptions) -> dict[str, Any]:
-    return asdict(options)
 
 
 __all__ = ["run_bench", "BenchOptions", "Case", "Row", "SUITES"]

@@ -37,10 +37,12 @@ def test_one_epoch_every_record_once_with_its_label_then_a_new_order(source, bac
     assert flat(epoch_indices(loader, 0)) == flat(first)  # seeded: the same epoch repeats exactly
 
 
+@pytest.mark.parametrize("batch_size", [5, 13])  # 13: shards of 13 and 14 records straddle a batch boundary
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_two_ranks_get_equal_batch_counts_and_cover_everything(source, backend):
+def test_two_ranks_get_equal_batch_counts_and_cover_everything(source, backend, batch_size):
     size = len(open_dataset(source))
-    ranks = [epoch_indices(make_loader(source, backend=backend, rank=r, world_size=2, **SMALL)) for r in (0, 1)]
+    options = {**SMALL, "batch_size": batch_size}
+    ranks = [epoch_indices(make_loader(source, backend=backend, rank=r, world_size=2, **options)) for r in (0, 1)]
     assert len(ranks[0]) == len(ranks[1])
     assert set(flat(ranks[0])) | set(flat(ranks[1])) == set(range(size))
     assert len(flat(ranks[0])) + len(flat(ranks[1])) <= size + 1  # at most one padded repeat

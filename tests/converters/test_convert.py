@@ -29,6 +29,13 @@ def test_existing_output_is_refused_without_overwrite(tmp_path):
     assert len(open_dataset(dst)) == 27 and not (tmp_path / "out.lmdb.old").exists()
 
 
+def test_resume_of_a_finished_output_says_there_is_nothing_to_resume(tmp_path):
+    dst = tmp_path / "done.lmdb"
+    convert(IMAGEFOLDER / "val", dst, ConvertOptions(**QUIET))
+    with pytest.raises(ConvertError, match="is complete: there is nothing to resume"):
+        convert(IMAGEFOLDER / "val", dst, ConvertOptions(resume=True, **QUIET))
+
+
 def test_strict_stops_at_the_first_bad_file_and_leaves_nothing(tmp_path):
     dst = tmp_path / "out.h5"
     with pytest.raises(ConvertError, match=r"truncated\.jpg: corrupt or truncated.*--strict"):
