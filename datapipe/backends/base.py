@@ -114,6 +114,11 @@ class Loader(abc.ABC):
         return len(self.plan)
 
     @property
+    def real_samples(self) -> int:
+        """How many samples this rank yields per epoch before any padding that evens out the ranks."""
+        return self.plan.real_samples
+
+    @property
     def batches_done(self) -> int:
         """Batches of the current epoch handed out so far (a resume point)."""
         return self._served

@@ -74,6 +74,13 @@ class DaliLoader(Loader):
         else:
             self.source = "external_source"
 
+    @property
+    def real_samples(self) -> int:
+        if self.source != "readers.webdataset":
+            return self.plan.real_samples
+        n, rank, world = self.plan.size, self.shard.rank, self.shard.world_size
+        return (rank + 1) * n // world - rank * n // world  # DALI's contiguous shard of this rank
+
     def _inputs(self, epoch: int, start: int):
         """(encoded images, labels or None, record indices) DataNodes for this epoch from `start`."""
         from nvidia.dali import fn, types

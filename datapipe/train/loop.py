@@ -220,7 +220,7 @@ class Trainer:
         if self.val_loader is None:
             return None
         self.net.eval()
-        real = self.val_loader.plan.real_samples
+        real = self.val_loader.real_samples
         correct, seen = torch.zeros((), device=self.device), 0
         with torch.no_grad(), self._autocast():
             for images, labels, _ in self.val_loader:
