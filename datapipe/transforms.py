@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from .decode import EXIF_ORIENTATION, PLAIN_MODES, open_image, to_rgb
+from .decode import EXIF_ORIENTATION, open_image, to_rgb
 
 EVAL_CROP_RATIO = 0.875
 SCALE = (0.08, 1.0)
@@ -60,11 +60,21 @@ def sample_rng(seed: int, epoch: int, index: int) -> random.Random:
     return random.Random((seed * 1_000_003 + epoch) * 4_294_967_296 + index)
 
 
-def _open_upright(data: bytes) -> tuple[Image.Image, bool]:
-    """The opened image, and whether libjpeg-turbo may decode it directly (plain JPEG, no EXIF rotation)."""
-    img = open_image(data)
-    plain = img.format == "JPEG" and img.mode in PLAIN_MODES and img.getexif().get(EXIF_ORIENTATION, 1) in (0, 1)
-    return img, plain
+def _plain_jpeg(data: bytes) -> tuple[int, int] | None:
+    """(width, height) when libjpeg-turbo may decode `data` straight to the RGB rule: a YCbCr or
+    grayscale JPEG within Pillow's pixel limit and without an EXIF rotation. Else None (Pillow
+    decodes it). Pillow is opened only when an EXIF segment exists."""
+    if not data.startswith(b"\xff\xd8\xff"):
+        return None
+    try:
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError:
+        return None
+    if colorspace not in ("YCbCr", "Gray") or width * height > Image.MAX_IMAGE_PIXELS:
+        return None
+    if b"Exif\x00\x00" in data[:65536] and open_image(data).getexif().get(EXIF_ORIENTATION, 1) not in (0, 1):
+        return None
+    return width, height
 
 
 def _dct_factor(scale: float) -> int:
@@ -84,16 +94,16 @@ def decode_view(data: bytes, size: int, *, train: bool, rng: random.Random | Non
     kernel (~1.7x faster than Pillow's). train: the crop box is resized; eval: torchvision's order,
     the whole image resized to shorter side int(size / 0.875), then an integer-centred crop.
     """
-    img, plain = _open_upright(data)
+    plain = _plain_jpeg(data)
     if plain:
-        width, height = img.size
+        width, height = plain
         crop = random_resized_crop(width, height, rng or random.Random(0)) if train else None
         need = max(size / crop.width, size / crop.height) if crop else eval_resize(size) / min(width, height)
         factor = _dct_factor(need)
         shrink = dict(min_width=math.ceil(width / factor), min_height=math.ceil(height / factor)) if factor > 1 else {}
         pixels = simplejpeg.decode_jpeg(data, colorspace="RGB", buffer=_decode_buffer(width * height * 3), **shrink)
     else:
-        pixels = np.array(to_rgb(img))
+        pixels = np.array(to_rgb(open_image(data)))
         height, width = pixels.shape[:2]
         crop = random_resized_crop(width, height, rng or random.Random(0)) if train else None
     return resize_crop(pixels, crop, width, height, size) if crop else resize_center(pixels, size)
