@@ -35,14 +35,15 @@ class DecodedRecords(torch.utils.data.Dataset):
 
     def __getitem__(self, item: tuple[int, int]) -> tuple[torch.Tensor, int, int] | BadSample:
         epoch, index = item
-        record = self.dataset.record(index)
+        sample = self.dataset[index]
         try:
-            pixels = decode_view(record.data, self.size, train=self.train, rng=sample_rng(self.seed, epoch, index))
+            pixels = decode_view(sample.data, self.size, train=self.train, rng=sample_rng(self.seed, epoch, index))
         except Exception as exc:  # PIL raises many types for bad bytes; the path is what matters
+            path = self.dataset.record(index).path  # metadata read only on this rare path
             if self.raise_errors:
-                raise RuntimeError(f"cannot decode record {index} ({record.path}): {exc}") from exc
-            return BadSample(index, record.path, f"{type(exc).__name__}: {exc}")
-        return pixels, record.label, index
+                raise RuntimeError(f"cannot decode record {index} ({path}): {exc}") from exc
+            return BadSample(index, path, f"{type(exc).__name__}: {exc}")
+        return pixels, sample.label, index
 
 
 def collate(items: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[BadSample]]:

@@ -70,3 +70,22 @@ def test_resume_refuses_a_state_from_another_configuration(packed_lmdb):
     state = make_loader(packed_lmdb, backend="dataloader", **SMALL).state_dict()
     with pytest.raises(ValueError, match="batch_size"):
         make_loader(packed_lmdb, backend="dataloader", **{**SMALL, "batch_size": 7}).load_state_dict(state)
+
+
+def test_dali_external_source_survives_pickling_for_spawned_workers(source):
+    """On a GPU DALI starts its source workers with spawn: the callable and its dataset must pickle
+    (without open handles) and read correctly in the new process."""
+    import pickle
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from datapipe.dali_source import PlannedBatches
+
+    ds = open_dataset(source)
+    source_fn = pickle.loads(pickle.dumps(PlannedBatches(ds, [np.array([2, 0]), np.array([1])])))
+    images, labels, indices = source_fn(SimpleNamespace(iteration=0))
+    assert [bytes(i) for i in images] == [ds[2].data, ds[0].data]
+    assert [int(l) for l in labels] == [ds[2].label, ds[0].label] and [int(i) for i in indices] == [2, 0]
+    with pytest.raises(StopIteration):
+        source_fn(SimpleNamespace(iteration=2))
