@@ -1,5 +1,6 @@
-"""The callable DALI's parallel external_source runs in its worker processes (kept free of torch,
-so spawned workers start fast). Each worker opens the store once, lazily (datapipe.formats)."""
+"""The callable DALI's parallel external_source runs in its worker processes. It pickles without
+open handles (spawned workers on GPU machines need that) and each worker opens the store once,
+lazily, through datapipe.formats."""
 from __future__ import annotations
 
 import numpy as np

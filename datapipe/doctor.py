@@ -82,6 +82,8 @@ def _gpu_checks() -> list[Check]:
 
 
 def _data_checks(data: Path) -> list[Check]:
+    if not data.exists():
+        return [Check("data", str(data), "warn", "this path does not exist: pass the dataset or image folder you train on")]
     usage = shutil.disk_usage(data if data.is_dir() else data.parent)
     free = Check("disk_free", f"{usage.free / 1e9:.1f} GB of {usage.total / 1e9:.1f} GB")
     if usage.free < 0.05 * usage.total:

@@ -60,6 +60,11 @@ def test_doctor_without_cuda(clean_folder):
     assert "recommended num_workers" in checks["cores"].value
 
 
+def test_doctor_names_a_missing_data_path(tmp_path):
+    checks = {c.name: c for c in diagnose(tmp_path / "missing", {})}
+    assert checks["data"].status == "warn" and "does not exist" in checks["data"].hint
+
+
 def test_doctor_cli_json(clean_folder):
     done = run("doctor", clean_folder, "--json")
     assert done.returncode == 0, done.stderr
