@@ -130,9 +130,14 @@ def check_image(data: bytes, *, max_pixels: int | None = Image.MAX_IMAGE_PIXELS,
     if validate not in VALIDATION:
         raise ValueError(f"validate must be one of {VALIDATION}, got {validate!r}")
     img = open_image(data, max_pixels)
+    try:
+        if resize_max is not None:  # the re-encode decodes every byte: it is the validation too
+            return _reencode(data, resize_max, quality)
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise BadImageError(f"corrupt or truncated: {exc}") from None
     ext = image_ext(data)
     size = img.size
-    plain_jpeg = resize_max is None and ext == "jpg" and img.mode in PLAIN_MODES
+    plain_jpeg = ext == "jpg" and img.mode in PLAIN_MODES
     if plain_jpeg and validate == "fast":
         _check_jpeg_fast(data)
         converted = _needs_conversion(img, ext)
@@ -144,8 +149,6 @@ def check_image(data: bytes, *, max_pixels: int | None = Image.MAX_IMAGE_PIXELS,
         img.load()
     except (OSError, SyntaxError, ValueError) as exc:
         raise BadImageError(f"corrupt or truncated: {exc}") from None
-    if resize_max is not None:
-        return _reencode(data, resize_max, quality)
     converted = _needs_conversion(img, ext)
     if not converted:
         return Checked(data, ext, size[0], size[1], "")

@@ -61,6 +61,11 @@ def test_resize_max_reencodes_smaller_jpeg(train):
     assert checked.ext == "jpg" and min(checked.width, checked.height) == 40 and "re-encoded" in checked.converted
 
 
+def test_resize_max_still_rejects_truncated_files(train):
+    with pytest.raises(BadImageError, match="truncated"):
+        check_image((train / "cat/truncated.jpg").read_bytes(), resize_max=32)
+
+
 def test_draft_decode_keeps_at_least_the_requested_size(train):
     img = decode_rgb((train / "cat/progressive.jpg").read_bytes(), min_size=(30, 20))
     assert img.size[0] >= 30 and img.size[1] >= 20 and img.size[0] < 120
