@@ -17,6 +17,10 @@ MANIFEST_VERSION = 1
 CHAIN_START = "0" * 64
 
 
+class SplitNotFound(ValueError):
+    """The dataset has no split of that name (the message lists the ones it has)."""
+
+
 class Sample(NamedTuple):
     """One record as the loaders see it: a stable key, the encoded image bytes, the class index."""
 
@@ -133,5 +137,5 @@ class Manifest:
     def split(self, name: str) -> SplitInfo:
         """The named split, or a ValueError listing the splits there are."""
         if name not in self.splits:
-            raise ValueError(f"split {name!r} not in this dataset; it has {sorted(self.splits)}")
+            raise SplitNotFound(f"split {name!r} not in this dataset; it has {sorted(self.splits)}")
         return self.splits[name]

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..records import MANIFEST_NAME, Manifest
+from ..records import MANIFEST_NAME, Manifest, SplitNotFound
 from . import hdf5, lmdb, wds
 from .base import Dataset, Writer
 from .folder import FolderDataset
@@ -76,6 +76,9 @@ def open_dataset(path: str | Path, split: str = "train") -> Dataset:
     """Open one split of a packed dataset (LMDB, HDF5, WebDataset), of a plain image folder, or
     WebDataset shards written by other tools (`shards/train-{000000..000009}.tar`)."""
     if isinstance(path, str) and ("{" in path or path.endswith(".tar")):
+        if split != "train":
+            raise SplitNotFound(f"split {split!r} not in {path}: a shard pattern is one split (read as 'train'); "
+                                "open the other split's shards by their own pattern")
         return wds.ForeignShardsDataset(path)
     path = Path(path)
     if path.name.endswith(PARTIAL_SUFFIX):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..records import Record
+from ..records import Record, SplitNotFound
 from ..scan import ImageFile, scan_folder
 from .base import Dataset
 
@@ -18,7 +18,7 @@ class FolderDataset(Dataset):
     def __init__(self, path: Path, split: str = "train") -> None:
         layout = scan_folder(path, split=split)
         if split not in layout.splits:
-            raise ValueError(f"split {split!r} not in {path}; it has {sorted(layout.splits)}")
+            raise SplitNotFound(f"split {split!r} not in {path}; it has {sorted(layout.splits)}")
         self.files: list[ImageFile] = layout.splits[split]
         super().__init__(path, split=split, classes=list(layout.classes.classes), size=len(self.files))
 

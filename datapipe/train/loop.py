@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..backends import Loader, make_loader
+from ..records import SplitNotFound
 from . import checkpoint
 from .config import TrainConfig, warmup_cosine
 from .ddp import DistEnv, all_max, all_sum, gather_strings, setup, teardown
@@ -97,9 +98,7 @@ class Trainer:
     def _val_loader(self, common: dict[str, Any]) -> Loader | None:
         try:
             return make_loader(self.config.data, split="val", train=False, **common)
-        except ValueError as exc:
-            if "not in" not in str(exc):
-                raise
+        except SplitNotFound:
             log.info("no val split: val_acc will be null")
             return None
 

@@ -76,6 +76,14 @@ def test_dali_missing_raises_import_error_naming_the_extra(packed_lmdb, monkeypa
         make_loader(packed_lmdb, backend="dali")
 
 
+def test_a_shard_pattern_is_one_split(foreign_shards):
+    from datapipe import open_dataset
+    from datapipe.records import SplitNotFound
+
+    with pytest.raises(SplitNotFound, match="a shard pattern is one split"):
+        open_dataset(foreign_shards, "val")
+
+
 def test_bad_options_are_value_errors(packed_lmdb):
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
         make_loader(packed_lmdb, batch_size=0)
