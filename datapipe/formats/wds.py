@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..decode import image_ext
 from ..records import Manifest, Record
 from .base import Dataset, PerProcess, Writer, read_dir_manifest, record_from_meta, record_meta, write_dir_manifest
 
@@ -236,7 +237,7 @@ class WdsWriter(Writer):
         self.shards: dict[str, list[dict[str, Any]]] = {}
 
     def write(self, split: str, index: int, record: Record) -> None:
-        ext = "png" if record.data.startswith(b"\x89PNG") else "jpg"
+        ext = image_ext(record.data) or "jpg"  # stored bytes are JPEG or PNG (datapipe.decode decides)
         members = [("cls", str(record.label).encode()), (ext, record.data),
                    ("i64", np.array([index, record.label], dtype="<i8").tobytes()), ("json", record_meta(record))]
         shard = self._open.get(split)
