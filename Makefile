@@ -11,11 +11,13 @@ DEMO   ?= build/demo
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py datapipe/_jpeg_region.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -e ".[dev]"
+	@$(BIN)/python -c "from datapipe.transforms import region_decoder_built as b; print('region JPEG decoder:', \
+		'built' if b() else 'NOT built (no libjpeg headers: apt-get install libjpeg-dev, then make clean install)')"
 	touch $@
 
 test: install

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from .backends import dali_installed
+from .transforms import region_decoder_built
 
 READ_PROBE_BYTES = 256 << 20
 
@@ -115,6 +116,10 @@ def diagnose(data: str | Path | None, env: Mapping[str, str]) -> list[Check]:
     dali = _dali_version()
     checks.append(Check("dali", dali or "not installed", "ok" if dali else "info",
                         "" if dali else "pip install 'datapipe[dali]' for GPU (nvJPEG) decode and augmentation"))
+    region = region_decoder_built()
+    checks.append(Check("jpeg_region_decoder", "built" if region else "not built", "ok" if region else "warn",
+                        "" if region else "the CPU train view decodes whole JPEGs (measured ~1.2x slower per core): "
+                        "install libjpeg headers (apt-get install libjpeg-dev) and reinstall datapipe"))
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     per = f"{max(1, n // gpus)} per GPU process" if gpus else str(n)
     workers = Check("cores", f"{n} (recommended num_workers: {per})")

@@ -8,6 +8,7 @@ import pytest
 from datapipe.bench import BenchOptions, run_bench
 from datapipe.bench.report import table
 from datapipe.doctor import diagnose
+from datapipe.transforms import region_decoder_built
 
 
 def run(*args):
@@ -29,6 +30,7 @@ def test_bench_json_plot_and_table(packed_lmdb, clean_folder, tmp_path):
         assert ("lmdb", "pipeline", backend) in kinds and ("folder", "pipeline", backend) in kinds
     assert ("lmdb", "baseline", "naive-imagefolder") in kinds and ("folder", "baseline", "plain-dali-cpu") in kinds
     assert ("lmdb", "read", "-") in kinds and ("lmdb", "decode", "pil-1-core") in kinds
+    assert ("lmdb", "decode", "train-view-whole") in kinds and ("folder", "decode", "train-view-whole") in kinds
     assert all(r["images_per_s"] > 0 and len(r["runs"]) == 2 for r in rows)
     assert all(r["x_naive"] for r in rows if r["suite"] == "pipeline")
     assert next(r for r in rows if r["suite"] == "read")["mb_per_s"] > 0
@@ -58,6 +60,7 @@ def test_doctor_without_cuda(clean_folder):
     assert checks["OMP_NUM_THREADS"].status == "warn" and "oversubscribe" in checks["OMP_NUM_THREADS"].hint
     assert "MB/s" in checks["read_speed"].value and "GB" in checks["disk_free"].value
     assert "recommended num_workers" in checks["cores"].value
+    assert checks["jpeg_region_decoder"].value == ("built" if region_decoder_built() else "not built")
 
 
 def test_doctor_names_a_missing_data_path(tmp_path):

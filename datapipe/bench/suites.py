@@ -20,6 +20,7 @@ from ..backends import LoaderOptions, make_loader
 from ..decode import decode_rgb
 from ..formats.base import Dataset
 from ..formats.folder import FolderDataset
+from ..transforms import decode_view, region_decoder_built, sample_rng, set_region_decoding
 from .baselines import naive_loader, plain_dali_loader
 
 log = logging.getLogger(__name__)
@@ -145,15 +146,39 @@ def suite_read(name: str, ds: Dataset, opts: BenchOptions, device: torch.device)
     return [Case(name, ds.format, "read", "-", timed(batches, len, opts, device, step=False), mean_bytes)]
 
 
-def suite_decode(name: str, ds: Dataset, opts: BenchOptions, device: torch.device) -> list[Case]:
-    """Full PIL decode to RGB, one process (one core's decode rate)."""
-    blobs = [ds[i].data for i in range(min(len(ds), 512))]
+def _decodable(blob: bytes) -> bool:
+    try:
+        decode_rgb(blob).load()
+        return True
+    except Exception:  # a bad file in a plain folder: the loaders skip it, so does this suite
+        return False
 
-    def batches(_: int):
+
+def suite_decode(name: str, ds: Dataset, opts: BenchOptions, device: torch.device) -> list[Case]:
+    """One core's decode rate: a full PIL decode to RGB, and the train view (decode, crop, resize)
+    decoding whole images beside decoding the crop box alone (where datapipe._jpeg_region is built)."""
+    blobs = [b for b in (ds[i].data for i in range(min(len(ds), 512))) if _decodable(b)]
+
+    def pil_batches(_: int):
         for start in range(0, len(blobs), opts.batch_size):
             yield [decode_rgb(b).load() for b in blobs[start:start + opts.batch_size]]
 
-    return [Case(name, ds.format, "decode", "pil-1-core", timed(batches, len, opts, device, step=False))]
+    def train_views(first: int, repeat: int, region: bool) -> list[torch.Tensor]:
+        previous = set_region_decoding(region)
+        try:
+            return [decode_view(b, opts.image_size, train=True, rng=sample_rng(0, repeat, first + i))
+                    for i, b in enumerate(blobs[first:first + opts.batch_size])]
+        finally:
+            set_region_decoding(previous)
+
+    def view_batches(repeat: int, region: bool):
+        return (train_views(first, repeat, region) for first in range(0, len(blobs), opts.batch_size))
+
+    cases = [Case(name, ds.format, "decode", "pil-1-core", timed(pil_batches, len, opts, device, step=False))]
+    for region in (False, True) if region_decoder_built() else (False,):
+        run = timed(lambda repeat, region=region: view_batches(repeat, region), len, opts, device, step=False)
+        cases.append(Case(name, ds.format, "decode", f"train-view-{'region' if region else 'whole'}", run))
+    return cases
 
 
 def suite_pipeline(name: str, ds: Dataset, opts: BenchOptions, device: torch.device) -> list[Case]:

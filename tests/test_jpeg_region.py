@@ -1,0 +1,144 @@
+"""The region JPEG decoder: the pixels of a whole-image decode cut to the region, and clean errors."""
+import io
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import simplejpeg
+import torch
+from PIL import Image
+
+from datapipe import transforms
+from tests.conftest import IMAGEFOLDER
+
+HEADERS = [Path(p) / "jpeglib.h" for p in ("/usr/include", "/usr/local/include")]
+needs_region = pytest.mark.skipif(
+    not transforms.region_decoder_built(),
+    reason="datapipe._jpeg_region was not built (no libjpeg headers at install); whole-image decode is used")
+
+
+def test_region_decoder_is_built_where_libjpeg_headers_exist():
+    if not any(h.exists() for h in HEADERS):
+        pytest.skip("no jpeglib.h on this machine: setup.py skips the optional extension")
+    assert transforms.region_decoder_built(), "jpeglib.h exists but datapipe._jpeg_region did not build"
+
+
+def encode(size=(333, 251), seed=0, **save) -> bytes:
+    """A JPEG of smooth gradients plus noise: chroma varies, so upsampling errors would show."""
+    w, h = size
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w]
+    rgb = np.stack([x * 255 // w, y * 255 // h, (x + y) * 255 // (w + h)], -1) + rng.integers(0, 60, (h, w, 3))
+    img = Image.fromarray(rgb.clip(0, 255).astype(np.uint8))
+    if save.pop("gray", False):
+        img = img.convert("L")
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", quality=90, **save)
+    return buf.getvalue()
+
+
+JPEGS = {
+    "420": encode(subsampling=2),
+    "422": encode(subsampling=1, seed=1),
+    "444": encode(subsampling=0, seed=2),
+    "gray": encode(gray=True, seed=3),
+    "progressive": encode(progressive=True, seed=4),
+    "restart": encode(seed=5, restart_marker_blocks=3),
+    "tiny": encode(size=(9, 7), seed=6),
+    "fixture": (IMAGEFOLDER / "train" / "cat" / "cat_000.jpg").read_bytes(),
+}
+
+
+def whole(data: bytes, factor: int) -> np.ndarray:
+    h, w, _, _ = simplejpeg.decode_jpeg_header(data)
+    shrink = dict(min_width=math.ceil(w / factor), min_height=math.ceil(h / factor)) if factor > 1 else {}
+    return simplejpeg.decode_jpeg(data, colorspace="RGB", **shrink)
+
+
+def region(data: bytes, factor: int, left: int, top: int, width: int, height: int) -> np.ndarray:
+    out = np.empty(transforms._jpeg_region.region_buffer_size(width, height), np.uint8)
+    transforms._jpeg_region.decode_region(data, factor, left, top, width, height, out)
+    return out[:width * height * 3].reshape(height, width, 3)
+
+
+def regions(width: int, height: int, rng: random.Random):
+    """Corners, edges, single pixels, the whole image, and random boxes."""
+    yield 0, 0, width, height
+    yield 0, 0, 1, 1
+    yield width - 1, height - 1, 1, 1
+    yield 0, height // 2, width, height - height // 2
+    yield width // 2, 0, width - width // 2, height
+    for _ in range(12):
+        w, h = rng.randint(1, width), rng.randint(1, height)
+        yield rng.randint(0, width - w), rng.randint(0, height - h), w, h
+
+
+@needs_region
+@pytest.mark.parametrize("name", sorted(JPEGS))
+@pytest.mark.parametrize("factor", [1, 2, 4, 8])
+def test_region_equals_the_whole_decode_cut_to_it(name, factor):
+    data = JPEGS[name]
+    full = whole(data, factor)
+    rng = random.Random(f"{name}{factor}")
+    for left, top, w, h in regions(full.shape[1], full.shape[0], rng):
+        got = region(data, factor, left, top, w, h)
+        want = full[top:top + h, left:left + w]
+        assert np.array_equal(got, want), f"{name} 1/{factor} region {(left, top, w, h)}: " \
+                                          f"max diff {np.abs(got.astype(int) - want).max()}"
+
+
+@needs_region
+@pytest.mark.parametrize("data, args, message", [
+    (JPEGS["420"][:2000], (1, 0, 0, 333, 251), "Premature end"),
+    (JPEGS["420"], (1, 300, 0, 40, 10), "outside the scaled image"),
+    (JPEGS["420"], (8, 0, 0, 43, 32), "outside the scaled image"),  # 1/8 of 333 x 251 is 42 x 32
+    (JPEGS["420"], (3, 0, 0, 10, 10), "scale_denom"),
+    (JPEGS["420"], (1, -1, 0, 10, 10), "left, top >= 0"),
+    (b"not a jpeg at all", (1, 0, 0, 1, 1), "Not a JPEG file"),
+])
+def test_bad_input_raises_value_error(data, args, message):
+    out = np.empty(transforms._jpeg_region.region_buffer_size(max(args[3], 1), max(args[4], 1)), np.uint8)
+    with pytest.raises(ValueError, match=message):
+        transforms._jpeg_region.decode_region(data, *args, out)
+
+
+@needs_region
+def test_too_small_a_buffer_is_refused_not_overrun():
+    out = np.empty(10 * 10 * 3, np.uint8)  # room for the pixels, not for the margin
+    with pytest.raises(ValueError, match="region_buffer_size"):
+        transforms._jpeg_region.decode_region(JPEGS["420"], 1, 0, 0, 10, 10, out)
+
+
+@pytest.fixture
+def region_off():
+    previous = transforms.set_region_decoding(False)
+    yield
+    transforms.set_region_decoding(previous)
+
+
+def train_views(data: bytes, size: int) -> list[torch.Tensor]:
+    return [transforms.decode_view(data, size, train=True, rng=random.Random(seed)) for seed in range(20)]
+
+
+@needs_region
+@pytest.mark.parametrize("name", sorted(JPEGS))
+@pytest.mark.parametrize("size", [224, 32])  # 224: mostly full scale; 32: DCT-scaled crops
+def test_train_view_is_the_same_with_and_without_the_region_decoder(name, size, request):
+    data = JPEGS[name]
+    assert transforms.region_decoding(data)
+    with_region = train_views(data, size)
+    request.getfixturevalue("region_off")
+    assert not transforms.region_decoding(data)
+    for seed, (a, b) in enumerate(zip(with_region, train_views(data, size))):
+        assert torch.equal(a, b), f"{name} seed {seed}"
+
+
+@pytest.mark.parametrize("cut", [0.5, 0.9])
+def test_truncated_jpeg_fails_even_when_the_crop_misses_the_lost_rows(cut):
+    data = JPEGS["420"][:int(len(JPEGS["420"]) * cut)]
+    assert not transforms.region_decoding(data)  # no EOI: the whole-image decode reports it
+    for seed in range(10):
+        with pytest.raises(ValueError, match="Premature end"):
+            transforms.decode_view(data, 32, train=True, rng=random.Random(seed))
