@@ -112,6 +112,13 @@ def test_too_small_a_buffer_is_refused_not_overrun():
 
 
 @pytest.fixture
+def region_on():
+    previous = transforms.set_region_decoding(True)  # whatever DATAPIPE_REGION_DECODE says
+    yield
+    transforms.set_region_decoding(previous)
+
+
+@pytest.fixture
 def region_off():
     previous = transforms.set_region_decoding(False)
     yield
@@ -125,7 +132,7 @@ def train_views(data: bytes, size: int) -> list[torch.Tensor]:
 @needs_region
 @pytest.mark.parametrize("name", sorted(JPEGS))
 @pytest.mark.parametrize("size", [224, 32])  # 224: mostly full scale; 32: DCT-scaled crops
-def test_train_view_is_the_same_with_and_without_the_region_decoder(name, size, request):
+def test_train_view_is_the_same_with_and_without_the_region_decoder(name, size, request, region_on):
     data = JPEGS[name]
     assert transforms.region_decoding(data)
     with_region = train_views(data, size)
@@ -136,7 +143,7 @@ def test_train_view_is_the_same_with_and_without_the_region_decoder(name, size, 
 
 
 @pytest.mark.parametrize("cut", [0.5, 0.9])
-def test_truncated_jpeg_fails_even_when_the_crop_misses_the_lost_rows(cut):
+def test_truncated_jpeg_fails_even_when_the_crop_misses_the_lost_rows(cut, region_on):
     data = JPEGS["420"][:int(len(JPEGS["420"]) * cut)]
     assert not transforms.region_decoding(data)  # no EOI: the whole-image decode reports it
     for seed in range(10):
