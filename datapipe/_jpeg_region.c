@@ -7,8 +7,10 @@
  * decode_region(data, scale_denom, left, top, width, height, out) writes height x width x 3 RGB
  * bytes, rows packed, to the start of `out`, which must hold region_buffer_size(width, height)
  * bytes (scratch room for the margin). Coordinates are in the image scaled by 1/scale_denom.
- * Every libjpeg error and warning (a truncated or corrupt stream) raises ValueError; the GIL is
- * released while decoding. */
+ * A libjpeg error raises ValueError. Its warnings (corrupt entropy data, which libjpeg decodes
+ * past) are ignored, as Pillow ignores them, and so is a missing end: the rows below the region are
+ * never read, so the caller checks for the EOI marker (datapipe.transforms.region_decoding). The GIL
+ * is released while decoding. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <setjmp.h>
@@ -35,8 +37,9 @@ static void trap_error(j_common_ptr cinfo) {
     longjmp(trap->escape, 1);
 }
 
-static void trap_warning(j_common_ptr cinfo, int level) {
-    if (level < 0) trap_error(cinfo); /* a warning means corrupt data: fail as simplejpeg does */
+static void ignore_message(j_common_ptr cinfo, int level) {
+    (void)cinfo; /* warnings and trace messages: libjpeg's default prints them to stderr */
+    (void)level;
 }
 
 static Py_ssize_t buffer_size(int width, int height) {
@@ -47,6 +50,7 @@ static Py_ssize_t buffer_size(int width, int height) {
 static const char *decode(struct jpeg_decompress_struct *cinfo, ErrorTrap *trap, const Py_buffer *src,
                           int denom, int left, int top, int width, int height, unsigned char *out) {
     if (setjmp(trap->escape)) return trap->message;
+    jpeg_create_decompress(cinfo); /* may fail too (a header/library version mismatch) */
     jpeg_mem_src(cinfo, (const unsigned char *)src->buf, (unsigned long)src->len);
     jpeg_read_header(cinfo, TRUE);
     cinfo->out_color_space = JCS_RGB;
@@ -93,11 +97,11 @@ static PyObject *decode_region(PyObject *self, PyObject *args) {
     if (!problem) {
         struct jpeg_decompress_struct cinfo;
         ErrorTrap trap;
+        memset(&cinfo, 0, sizeof cinfo); /* cinfo.mem == NULL: jpeg_destroy is safe if create fails */
         cinfo.err = jpeg_std_error(&trap.pub);
         trap.pub.error_exit = trap_error;
-        trap.pub.emit_message = trap_warning;
+        trap.pub.emit_message = ignore_message;
         trap.message[0] = '\0';
-        jpeg_create_decompress(&cinfo);
         Py_BEGIN_ALLOW_THREADS
         problem = decode(&cinfo, &trap, &src, denom, left, top, width, height, (unsigned char *)dst.buf);
         Py_END_ALLOW_THREADS

@@ -103,6 +103,10 @@ def decode_view(data: bytes, size: int, *, train: bool, rng: random.Random | Non
     torch's antialiased uint8 bilinear kernel (~1.7x faster than Pillow's). train: the crop box is
     resized; eval: torchvision's order, the whole image resized to shorter side int(size / 0.875),
     then an integer-centred crop.
+
+    Errors follow Pillow, which validated the records at conversion: libjpeg's corrupt-data warnings
+    are ignored (libjpeg decodes past them), so every accepted record decodes, in every epoch and
+    whatever its crop. A stream without its end marker is decoded strictly: a truncated file fails.
     """
     plain = _plain_jpeg(data)
     if plain:
@@ -113,7 +117,8 @@ def decode_view(data: bytes, size: int, *, train: bool, rng: random.Random | Non
         if crop and region_decoding(data):
             return _decode_crop(data, crop, width, height, factor, size)
         shrink = dict(min_width=math.ceil(width / factor), min_height=math.ceil(height / factor)) if factor > 1 else {}
-        pixels = simplejpeg.decode_jpeg(data, colorspace="RGB", buffer=_decode_buffer(width * height * 3), **shrink)
+        pixels = simplejpeg.decode_jpeg(data, colorspace="RGB", buffer=_decode_buffer(width * height * 3),
+                                        strict=not ends_with_eoi(data), **shrink)
     else:
         pixels = np.array(to_rgb(open_image(data)))
         height, width = pixels.shape[:2]
@@ -134,11 +139,17 @@ def set_region_decoding(enabled: bool) -> bool:
     return previous
 
 
+def ends_with_eoi(data: bytes) -> bool:
+    """Whether a JPEG stream ends in its end-of-image marker, as a complete one does (0xFFD9 cannot
+    occur inside entropy data). Files with bytes after the marker exist; they are decoded strictly."""
+    return data[-2:] == b"\xff\xd9"
+
+
 def region_decoding(data: bytes) -> bool:
     """Whether the crop of a plain JPEG may be decoded alone: the region decoder is built and on,
-    and the stream ends in its EOI marker. A truncated file goes to the whole-image decode, which
-    reports it every time, instead of passing whenever its crop misses the missing rows."""
-    return _region_enabled and _jpeg_region is not None and data[-2:] == b"\xff\xd9"
+    and the stream is complete. The region decoder never reads the rows below the crop, so a
+    truncated file goes to the strict whole-image decode, which reports it every time."""
+    return _region_enabled and _jpeg_region is not None and ends_with_eoi(data)
 
 
 def _decode_crop(data: bytes, crop: Crop, width: int, height: int, factor: int, size: int) -> torch.Tensor:
