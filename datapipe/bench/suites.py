@@ -1,8 +1,9 @@
 """Benchmark suites: each measures one stage on one dataset and returns Rows.
 
 Timing rule for every suite: warm-up batches first (worker start, pipeline build and first-touch
-IO are not steady state), then the clock runs until the epoch ends or `seconds` pass; CUDA is
-synchronized at both ends; the figure is the median over `repeats` runs.
+IO are not steady state), then the clock runs until `seconds` pass or the epoch ends, less the
+epoch's last DRAIN_BATCHES batches; CUDA is synchronized after every batch; the figure is the median
+over `repeats` runs.
 """
 from __future__ import annotations
 
@@ -104,9 +105,17 @@ def _fake_step(ms: float, device: torch.device) -> None:
         time.sleep(ms / 1000)
 
 
+# Batches left out at the end of an epoch: a loader that looks ahead (prefetch: 1 batch, DALI's
+# queue: 2) made its last batches before the clock's window and hands them out for free while it
+# drains, which read as up to 7% more images/s on a 1,200-image epoch (measured, prefetch vs the
+# identical dataloader code). Ending the window before the drain makes look-ahead cancel out.
+DRAIN_BATCHES = 2
+
+
 def timed(make_batches: Callable[[int], Iterable[Any]], count: Callable[[Any], int], opts: BenchOptions,
           device: torch.device, step: bool = True) -> Callable[[int], tuple[float, float]]:
-    """A run function: warm-up batches, then batches until the epoch ends or `seconds` pass."""
+    """A run function: warm-up batches, then batches until `seconds` pass or the epoch ends; in
+    the second case the window ends DRAIN_BATCHES batches before the end of the epoch."""
 
     def run(repeat: int) -> tuple[float, float]:
         batches = iter(make_batches(repeat))
@@ -115,17 +124,23 @@ def timed(make_batches: Callable[[int], Iterable[Any]], count: Callable[[Any], i
         _cuda_sync(device)
         started = time.perf_counter()
         images, waited = 0, 0.0
-        while time.perf_counter() - started < opts.seconds:
+        marks = [(0.0, 0, 0.0)]  # (seconds, images, seconds waited) after each batch
+        ended = False
+        while marks[-1][0] < opts.seconds:
             asked = time.perf_counter()
             batch = next(batches, None)
             waited += time.perf_counter() - asked
             if batch is None:
+                ended = True
                 break
             images += count(batch)
             if step:
                 _fake_step(opts.simulate_step_ms, device)
-        _cuda_sync(device)
-        elapsed = time.perf_counter() - started
+            _cuda_sync(device)
+            marks.append((time.perf_counter() - started, images, waited))
+        if ended and len(marks) > DRAIN_BATCHES + 1:
+            marks = marks[:-DRAIN_BATCHES]
+        elapsed, images, waited = marks[-1]
         if images == 0:
             raise ValueError(f"no batch left after {opts.warmup} warm-up batches: use a larger dataset, "
                              "a smaller --batch-size or --warmup 0")
