@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml setup.py datapipe/_jpeg_region.c
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -e ".[dev]"
 	@$(BIN)/python -c "from datapipe.transforms import region_decoder_built as b; print('region JPEG decoder:', \
-		'built' if b() else 'NOT built (no libjpeg headers: apt-get install libjpeg-dev, then make clean install)')"
+		'in use' if b() else 'NOT in use (no libjpeg headers: apt-get install libjpeg-dev, then make clean install)')"
 	touch $@
 
 test: install

@@ -117,9 +117,10 @@ def diagnose(data: str | Path | None, env: Mapping[str, str]) -> list[Check]:
     checks.append(Check("dali", dali or "not installed", "ok" if dali else "info",
                         "" if dali else "pip install 'datapipe[dali]' for GPU (nvJPEG) decode and augmentation"))
     region = region_decoder_built()
-    checks.append(Check("jpeg_region_decoder", "built" if region else "not built", "ok" if region else "warn",
+    checks.append(Check("jpeg_region_decoder", "in use" if region else "not in use", "ok" if region else "warn",
                         "" if region else "the CPU train view decodes whole JPEGs (measured ~1.2x slower per core): "
-                        "install libjpeg headers (apt-get install libjpeg-dev) and reinstall datapipe"))
+                        "install libjpeg headers (apt-get install libjpeg-dev) and reinstall datapipe, or "
+                        "see the warning logged at import if it was built but failed its self-check"))
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     per = f"{max(1, n // gpus)} per GPU process" if gpus else str(n)
     workers = Check("cores", f"{n} (recommended num_workers: {per})")

@@ -18,12 +18,10 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from . import jpeg_region
 from .decode import EXIF_ORIENTATION, open_image, to_rgb
 
-try:
-    from . import _jpeg_region  # compiled where libjpeg headers were found at install (setup.py)
-except ImportError:  # pragma: no cover - exercised on machines without libjpeg-dev
-    _jpeg_region = None
+_jpeg_region = jpeg_region.load()  # None where it was not built or fails its probe
 # DATAPIPE_REGION_DECODE=0 turns the region decoder off (whole-image decode), for A/B runs.
 _region_enabled = os.environ.get("DATAPIPE_REGION_DECODE", "1") != "0"
 
@@ -127,7 +125,8 @@ def decode_view(data: bytes, size: int, *, train: bool, rng: random.Random | Non
 
 
 def region_decoder_built() -> bool:
-    """Whether datapipe._jpeg_region was compiled (it needs libjpeg headers at install)."""
+    """Whether datapipe._jpeg_region was compiled (it needs libjpeg headers at install) and
+    passed its probe."""
     return _jpeg_region is not None
 
 

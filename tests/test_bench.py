@@ -76,7 +76,7 @@ def test_doctor_without_cuda(clean_folder):
     assert checks["OMP_NUM_THREADS"].status == "warn" and "oversubscribe" in checks["OMP_NUM_THREADS"].hint
     assert "MB/s" in checks["read_speed"].value and "GB" in checks["disk_free"].value
     assert "recommended num_workers" in checks["cores"].value
-    assert checks["jpeg_region_decoder"].value == ("built" if region_decoder_built() else "not built")
+    assert checks["jpeg_region_decoder"].value == ("in use" if region_decoder_built() else "not in use")
 
 
 def test_doctor_names_a_missing_data_path(tmp_path):

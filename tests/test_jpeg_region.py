@@ -220,3 +220,37 @@ def test_corrupt_entropy_data_decodes_to_the_same_pixels_either_way(region_on):
         whole = train_views(data, 64)
         transforms.set_region_decoding(True)
         assert all(torch.equal(a, b) for a, b in zip(with_region, whole)), f"corrupt file {k}"
+
+
+class StandIn:
+    """A decoder module as a wrong libjpeg at run time would make it behave."""
+
+    region_buffer_size = staticmethod(lambda w, h: (w + 96) * h * 3)
+
+    def __init__(self, error: str = "") -> None:
+        self.error = error
+
+    def decode_region(self, data, denom, left, top, width, height, out):
+        if self.error:
+            raise ValueError(self.error)
+        out[:] = 128  # decodes "successfully" to the wrong pixels
+
+
+@needs_region
+def test_probe_accepts_the_built_decoder_and_refuses_a_wrong_one():
+    from datapipe import jpeg_region
+
+    assert jpeg_region.probe(transforms._jpeg_region) == ""
+    assert "differ" in jpeg_region.probe(StandIn())
+    mismatch = "Wrong JPEG library version: library is 80, caller expects 62"
+    assert jpeg_region.probe(StandIn(mismatch)) == mismatch
+
+
+@needs_region
+def test_a_decoder_failing_its_probe_is_switched_off_with_a_warning(monkeypatch, caplog):
+    from datapipe import jpeg_region
+
+    assert jpeg_region.load() is transforms._jpeg_region
+    monkeypatch.setattr(jpeg_region, "probe", lambda ext: "its pixels differ from simplejpeg's")
+    assert jpeg_region.load() is None
+    assert "switched off (its pixels differ" in caplog.text
