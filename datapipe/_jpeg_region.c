@@ -43,7 +43,7 @@ static void ignore_message(j_common_ptr cinfo, int level) {
 }
 
 static Py_ssize_t buffer_size(int width, int height) {
-    return (Py_ssize_t)height * (width + 2 * MARGIN + ALIGN_SLACK) * 3;
+    return (Py_ssize_t)height * ((Py_ssize_t)width + 2 * MARGIN + ALIGN_SLACK) * 3; /* no int overflow */
 }
 
 /* The region's rows, packed; NULL on success, else the reason. Runs without the GIL. */
@@ -59,7 +59,7 @@ static const char *decode(struct jpeg_decompress_struct *cinfo, ErrorTrap *trap,
     cinfo->dct_method = JDCT_ISLOW;
     jpeg_start_decompress(cinfo);
     int full_width = (int)cinfo->output_width;
-    if (left + width > full_width || top + height > (int)cinfo->output_height)
+    if ((long long)left + width > full_width || (long long)top + height > (long long)cinfo->output_height)
         return "region outside the scaled image";
 
     int x0 = left > MARGIN ? left - MARGIN : 0;

@@ -96,10 +96,12 @@ def test_region_equals_the_whole_decode_cut_to_it(name, factor):
     (JPEGS["420"], (8, 0, 0, 43, 32), "outside the scaled image"),  # 1/8 of 333 x 251 is 42 x 32
     (JPEGS["420"], (3, 0, 0, 10, 10), "scale_denom"),
     (JPEGS["420"], (1, -1, 0, 10, 10), "left, top >= 0"),
+    (JPEGS["420"], (1, 2**31 - 5, 0, 10, 1), "outside the scaled image"),  # left + width overflows an int
+    (JPEGS["420"], (1, 0, 0, 2**31 - 20, 1), "region_buffer_size"),  # so would width + margin
     (b"not a jpeg at all", (1, 0, 0, 1, 1), "Not a JPEG file"),
 ])
 def test_bad_input_raises_value_error(data, args, message):
-    out = np.empty(transforms._jpeg_region.region_buffer_size(max(args[3], 1), max(args[4], 1)), np.uint8)
+    out = np.empty(transforms._jpeg_region.region_buffer_size(min(max(args[3], 1), 400), max(args[4], 1)), np.uint8)
     with pytest.raises(ValueError, match=message):
         transforms._jpeg_region.decode_region(data, *args, out)
 
