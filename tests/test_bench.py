@@ -3,6 +3,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -60,6 +61,18 @@ def test_timing_window_leaves_out_the_free_drain_of_a_look_ahead_loader():
 
     rate, _ = timed(batches, len, BenchOptions(seconds=60, warmup=2), torch.device("cpu"), step=False)(0)
     assert 850 < rate < 1020
+
+
+def test_ab_loader_tool_reports_both_sides(packed_lmdb):
+    tool = Path(__file__).resolve().parents[1] / "tools" / "ab_loader.py"
+    done = subprocess.run([sys.executable, tool, packed_lmdb, "--b-env", "DATAPIPE_REGION_DECODE=0", "--runs", "1",
+                           "--epochs", "1", "--batch-size", "4", "--image-size", "32", "--workers", "1"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "B: workers=1 DATAPIPE_REGION_DECODE=0" in done.stdout and "B / A: " in done.stdout
+    for side in ("A", "B"):
+        line = next(l for l in done.stdout.splitlines() if l.startswith(f"{side}: ") and "img/s" in l)
+        assert float(line.split()[1]) > 0 and "workers" in line
 
 
 def test_bench_rejects_bad_options(packed_lmdb):
