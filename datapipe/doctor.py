@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from .backends import dali_installed
-from .transforms import region_decoder_built
+from .transforms import region_decoder_available
 
 READ_PROBE_BYTES = 256 << 20
 
@@ -116,7 +116,7 @@ def diagnose(data: str | Path | None, env: Mapping[str, str]) -> list[Check]:
     dali = _dali_version()
     checks.append(Check("dali", dali or "not installed", "ok" if dali else "info",
                         "" if dali else "pip install 'datapipe[dali]' for GPU (nvJPEG) decode and augmentation"))
-    region = region_decoder_built()
+    region = region_decoder_available()
     checks.append(Check("jpeg_region_decoder", "in use" if region else "not in use", "ok" if region else "warn",
                         "" if region else "the CPU train view decodes whole JPEGs (measured ~1.2x slower per core): "
                         "install libjpeg headers (apt-get install libjpeg-dev) and reinstall datapipe, or "

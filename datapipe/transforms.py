@@ -124,7 +124,7 @@ def decode_view(data: bytes, size: int, *, train: bool, rng: random.Random | Non
     return resize_crop(pixels, crop, width, height, size) if crop else resize_center(pixels, size)
 
 
-def region_decoder_built() -> bool:
+def region_decoder_available() -> bool:
     """Whether datapipe._jpeg_region was compiled (it needs libjpeg headers at install) and
     passed its probe."""
     return _jpeg_region is not None

@@ -12,7 +12,7 @@ from datapipe.bench import BenchOptions, run_bench
 from datapipe.bench.suites import timed
 from datapipe.bench.report import table
 from datapipe.doctor import diagnose
-from datapipe.transforms import region_decoder_built
+from datapipe.transforms import region_decoder_available
 
 
 def run(*args):
@@ -89,7 +89,7 @@ def test_doctor_without_cuda(clean_folder):
     assert checks["OMP_NUM_THREADS"].status == "warn" and "oversubscribe" in checks["OMP_NUM_THREADS"].hint
     assert "MB/s" in checks["read_speed"].value and "GB" in checks["disk_free"].value
     assert "recommended num_workers" in checks["cores"].value
-    assert checks["jpeg_region_decoder"].value == ("in use" if region_decoder_built() else "not in use")
+    assert checks["jpeg_region_decoder"].value == ("in use" if region_decoder_available() else "not in use")
 
 
 def test_doctor_names_a_missing_data_path(tmp_path):

@@ -21,7 +21,7 @@ from ..backends import LoaderOptions, make_loader
 from ..decode import decode_rgb
 from ..formats.base import Dataset
 from ..formats.folder import FolderDataset
-from ..transforms import decode_view, region_decoder_built, sample_rng, set_region_decoding
+from ..transforms import decode_view, region_decoder_available, sample_rng, set_region_decoding
 from .baselines import naive_loader, plain_dali_loader
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ def suite_decode(name: str, ds: Dataset, opts: BenchOptions, device: torch.devic
         return (train_views(first, repeat, region) for first in range(0, len(blobs), opts.batch_size))
 
     cases = [Case(name, ds.format, "decode", "pil-1-core", timed(pil_batches, len, opts, device, step=False))]
-    for region in (False, True) if region_decoder_built() else (False,):
+    for region in (False, True) if region_decoder_available() else (False,):
         run = timed(lambda repeat, region=region: view_batches(repeat, region), len, opts, device, step=False)
         cases.append(Case(name, ds.format, "decode", f"train-view-{'region' if region else 'whole'}", run))
     return cases
