@@ -79,7 +79,8 @@ static const char *decode(struct jpeg_decompress_struct *cinfo, ErrorTrap *trap,
     }
     size_t shift = (size_t)(left - (int)strip_left) * 3;
     if (stride != row_bytes || shift)
-        for (int y = 0; y < height; y++) memmove(out + (size_t)y * row_bytes, out + (size_t)y * stride + shift, row_bytes);
+        for (int y = 0; y < height; y++) /* pack the rows: each moves down, never onto an unread one */
+            memmove(out + (size_t)y * row_bytes, out + (size_t)y * stride + shift, row_bytes);
     return NULL;
 }
 

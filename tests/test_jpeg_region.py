@@ -22,7 +22,8 @@ needs_region = pytest.mark.skipif(
 def test_region_decoder_is_in_use_where_libjpeg_headers_exist():
     if not any(h.exists() for h in HEADERS):
         pytest.skip("no jpeglib.h on this machine: setup.py skips the optional extension")
-    assert transforms.region_decoder_available(), "jpeglib.h exists but datapipe._jpeg_region did not build or failed its probe"
+    assert transforms.region_decoder_available(), \
+        "jpeglib.h exists but datapipe._jpeg_region did not build or failed its probe"
 
 
 def encode(size=(333, 251), seed=0, **save) -> bytes:
