@@ -69,7 +69,7 @@ def test_ab_loader_tool_reports_both_sides(packed_lmdb):
                            "--epochs", "1", "--batch-size", "4", "--image-size", "32", "--workers", "1"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "B: workers=1 DATAPIPE_REGION_DECODE=0" in done.stdout and "B / A: " in done.stdout
+    assert "B: dataloader, workers=1 DATAPIPE_REGION_DECODE=0" in done.stdout and "B / A: " in done.stdout
     for side in ("A", "B"):
         line = next(l for l in done.stdout.splitlines() if l.startswith(f"{side}: ") and "img/s" in l)
         assert float(line.split()[1]) > 0 and "workers" in line

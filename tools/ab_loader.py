@@ -2,8 +2,10 @@
 
     python tools/ab_loader.py build/bench.lmdb --b-env DATAPIPE_REGION_DECODE=0 [--runs 6]
     python tools/ab_loader.py build/bench.lmdb --b-workers 4
+    python tools/ab_loader.py build/bench_sample --b-backend prefetch
 
-A is the default; B differs by environment variables (--b-env, repeatable) and/or the worker count.
+A is the default; B differs by environment variables (--b-env, repeatable), the worker count and/or
+the backend.
 Each run is a fresh process (environment read at import, workers forked anew) that measures
 --epochs epochs after a warm-up one, with `datapipe bench`'s timing window; runs alternate A, B,
 A, B... so drift on a shared machine hits both alike. Prints the medians, B / A, and the CPU
@@ -62,8 +64,8 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
             "workers_ms_per_image": (sum(map(cpu_seconds, workers)) - workers0) / images * 1e3}
 
 
-def child_command(args: argparse.Namespace, workers: int | None) -> list[str]:
-    cmd = [sys.executable, __file__, str(args.data), "--child", "--backend", args.backend, "--epochs",
+def child_command(args: argparse.Namespace, backend: str, workers: int | None) -> list[str]:
+    cmd = [sys.executable, __file__, str(args.data), "--child", "--backend", backend, "--epochs",
            str(args.epochs), "--batch-size", str(args.batch_size), "--image-size", str(args.image_size)]
     return cmd + (["--workers", str(workers)] if workers is not None else [])
 
@@ -78,6 +80,7 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=6, help="runs of each side")
     p.add_argument("--workers", type=int, default=None, help="A's workers (default: cores)")
     p.add_argument("--b-workers", type=int, default=None, help="B's workers (default: A's)")
+    p.add_argument("--b-backend", default=None, help="B's backend (default: A's)")
     p.add_argument("--b-env", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -85,16 +88,18 @@ def main() -> None:
         print(json.dumps(measure(args)))
         return
     b_env = dict(item.split("=", 1) for item in args.b_env)
-    sides = {"A": (dict(os.environ), args.workers),
-             "B": ({**os.environ, **b_env}, args.b_workers if args.b_workers is not None else args.workers)}
+    sides = {"A": (dict(os.environ), args.backend, args.workers),
+             "B": ({**os.environ, **b_env}, args.b_backend or args.backend,
+                   args.b_workers if args.b_workers is not None else args.workers)}
     results: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
     for run in range(args.runs):
-        for side, (env, workers) in sides.items():
-            done = subprocess.run(child_command(args, workers), env=env, capture_output=True, text=True)
+        for side, (env, backend, workers) in sides.items():
+            done = subprocess.run(child_command(args, backend, workers), env=env, capture_output=True, text=True)
             if done.returncode:
                 sys.exit(f"run {run + 1} of {side} failed:\n{done.stderr[-2000:]}")
             results[side].append(json.loads(done.stdout.splitlines()[-1]))
-    print(f"A: workers={args.workers or 'cores'}   B: workers={sides['B'][1] or 'cores'} {' '.join(args.b_env)}")
+    print(" | ".join(f"{side}: {backend}, workers={workers or 'cores'}" for side, (_, backend, workers) in sides.items())
+          + (" " + " ".join(args.b_env) if args.b_env else ""))
     medians = {}
     for side, rows in results.items():
         medians[side] = {key: statistics.median(r[key] for r in rows) for key in rows[0]}

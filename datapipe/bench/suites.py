@@ -105,10 +105,11 @@ def _fake_step(ms: float, device: torch.device) -> None:
         time.sleep(ms / 1000)
 
 
-# Batches left out at the end of an epoch: a loader that looks ahead (prefetch: 1 batch, DALI's
-# queue: 2) made its last batches before the clock's window and hands them out for free while it
-# drains, which read as up to 7% more images/s on a 1,200-image epoch (measured, prefetch vs the
-# identical dataloader code). Ending the window before the drain makes look-ahead cancel out.
+# Batches left out at the end of an epoch: a loader that works ahead (DALI's prefetch queue: 2
+# batches; the prefetch backend: one batch's copy and normalize) has its last batches ready before
+# they are asked for and hands them out without work while it drains, which inflates its rate on a
+# short epoch (tests/test_bench.py shows the mechanism). Ending the window before the drain makes
+# the look-ahead cancel out: the loader is as far ahead at the window's end as at its start.
 DRAIN_BATCHES = 2
 
 
