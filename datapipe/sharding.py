@@ -47,7 +47,13 @@ def epoch_order(size: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarra
 
 @dataclass(frozen=True)
 class EpochPlan:
-    """The batches of record indices one rank reads in one epoch."""
+    """The batches of record indices one rank reads in one epoch, from any global position on.
+
+    A global position (`offset`) counts the samples of the epoch's order that all ranks together
+    have consumed: after k batches on every rank it is k x batch_size x world_size. The rest of the
+    epoch is order[offset:], dealt to the ranks interleaved and padded (or trimmed) as above, so a
+    run resumed at another world size still reads every remaining sample exactly once.
+    """
 
     size: int
     batch_size: int
@@ -61,15 +67,26 @@ class EpochPlan:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.size < 1:
             raise ValueError("the dataset is empty: nothing to load")
-        if self.drop_last and self.samples_per_rank < self.batch_size:
+        if self.drop_last and self.samples_per_rank() < self.batch_size:
             raise ValueError(f"drop_last with batch_size {self.batch_size} leaves no batch: each of the "
-                             f"{self.shard.world_size} ranks gets {self.samples_per_rank} samples")
+                             f"{self.shard.world_size} ranks gets {self.samples_per_rank()} samples")
 
-    @property
-    def samples_per_rank(self) -> int:
+    def samples_per_rank(self, offset: int = 0) -> int:
+        """This rank's sample count from global position `offset` to the end of the epoch."""
+        remaining = max(0, self.size - offset)
         if self.drop_last:
-            return self.size // self.shard.world_size
-        return math.ceil(self.size / self.shard.world_size)
+            return remaining // self.shard.world_size
+        return math.ceil(remaining / self.shard.world_size)
+
+    def num_batches(self, offset: int = 0) -> int:
+        """Batches per rank from global position `offset` on (the same on every rank)."""
+        if self.drop_last:
+            return self.samples_per_rank(offset) // self.batch_size
+        return math.ceil(self.samples_per_rank(offset) / self.batch_size)
+
+    def offset_after(self, offset: int, batches: int) -> int:
+        """The global position after every rank read `batches` more batches from `offset`."""
+        return min(self.size, offset + batches * self.batch_size * self.shard.world_size)
 
     @property
     def real_samples(self) -> int:
@@ -79,22 +96,23 @@ class EpochPlan:
         return len(range(self.shard.rank, self.size, self.shard.world_size))
 
     def __len__(self) -> int:
-        """Batches per rank per epoch (the same on every rank)."""
-        if self.drop_last:
-            return self.samples_per_rank // self.batch_size
-        return math.ceil(self.samples_per_rank / self.batch_size)
+        """Batches per rank per whole epoch."""
+        return self.num_batches(0)
 
-    def rank_indices(self, epoch: int) -> np.ndarray:
-        """This rank's record indices for `epoch`, in order (padded or trimmed as described above)."""
+    def rank_indices(self, epoch: int, offset: int = 0) -> np.ndarray:
+        """This rank's record indices for `epoch` from global position `offset`, in order. Padding
+        wraps around to the start of the epoch's order, whatever the offset, so a resumed epoch pads
+        with the same samples as an unbroken one."""
         order = epoch_order(self.size, seed=self.seed, epoch=epoch, shuffle=self.shuffle)
         world = self.shard.world_size
-        total = self.samples_per_rank * world
-        if total > self.size:
-            order = np.concatenate([order, np.resize(order, total - self.size)])
-        mine = order[self.shard.rank:total:world]
-        return mine[: len(self) * self.batch_size] if self.drop_last else mine
+        rest = order[min(offset, self.size):]
+        total = self.samples_per_rank(offset) * world
+        if total > len(rest):
+            rest = np.concatenate([rest, np.resize(order, total - len(rest))])
+        mine = rest[self.shard.rank:total:world]
+        return mine[: self.num_batches(offset) * self.batch_size] if self.drop_last else mine
 
-    def batches(self, epoch: int, start: int = 0) -> list[np.ndarray]:
-        """This rank's batches for `epoch`, from batch number `start` on (for mid-epoch resume)."""
-        mine = self.rank_indices(epoch)
-        return [mine[i:i + self.batch_size] for i in range(start * self.batch_size, len(mine), self.batch_size)]
+    def batches(self, epoch: int, offset: int = 0) -> list[np.ndarray]:
+        """This rank's batches for `epoch` from global position `offset` on."""
+        mine = self.rank_indices(epoch, offset)
+        return [mine[i:i + self.batch_size] for i in range(0, len(mine), self.batch_size)]

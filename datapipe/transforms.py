@@ -186,13 +186,53 @@ def _resize(region: np.ndarray, height: int, width: int) -> torch.Tensor:
     return F.interpolate(chw, size=(height, width), mode="bilinear", antialias=True, align_corners=False)[0]
 
 
+def center_window(width: int, height: int, size: int) -> tuple[int, int, int, int]:
+    """The eval view's geometry, computed once for every backend: the resized (width, height) with
+    the shorter side int(size / 0.875), and the integer (left, top) of the size x size centre crop."""
+    short = eval_resize(size)
+    nh, nw = (int(short * height / width), short) if width <= height else (short, int(short * width / height))
+    return nw, nh, int(round((nw - size) / 2)), int(round((nh - size) / 2))
+
+
 def resize_center(pixels: np.ndarray, size: int) -> torch.Tensor:
     """torchvision's Resize(int(size / 0.875)) then CenterCrop(size): HWC uint8 in, CHW uint8 out."""
     h, w = pixels.shape[:2]
-    short = eval_resize(size)
-    nh, nw = (int(short * h / w), short) if w <= h else (short, int(short * w / h))
-    top, left = int(round((nh - size) / 2)), int(round((nw - size) / 2))
+    nw, nh, left, top = center_window(w, h, size)
     return _resize(pixels, nh, nw)[:, top:top + size, left:left + size].contiguous()
+
+
+@dataclass(frozen=True)
+class ViewGeometry:
+    """A view as a decoder with a region-of-interest, a resize and a slice performs it (DALI):
+    decode `roi` (left, top, width, height), resize it to `resized` (width, height), cut the
+    size x size square at `window` (left, top), mirror if `flip`. The same pixels as decode_view."""
+
+    roi: tuple[int, int, int, int]
+    resized: tuple[int, int]
+    window: tuple[int, int]
+    flip: bool
+
+
+def image_dims(data: bytes) -> tuple[int, int]:
+    """(width, height) of an image as the RGB rule decodes it (EXIF rotation applied), from its
+    header alone."""
+    plain = _plain_jpeg(data)
+    if plain:
+        return plain
+    img = open_image(data)
+    w, h = img.size
+    return (h, w) if img.getexif().get(EXIF_ORIENTATION, 1) in (5, 6, 7, 8) else (w, h)
+
+
+def view_geometry(data: bytes, size: int, *, train: bool, rng: random.Random | None = None) -> ViewGeometry:
+    """The geometry decode_view applies to `data` with this rng: the train view's random crop box
+    (torchvision's RandomResizedCrop rule) and flip, or the eval view's resize and centre window."""
+    width, height = image_dims(data)
+    if train:
+        c = random_resized_crop(width, height, rng or random.Random(0))
+        return ViewGeometry((int(c.left), int(c.top), int(c.width), int(c.height)), (size, size), (0, 0), c.flip)
+    nw, nh, left, top = center_window(width, height, size)
+    return ViewGeometry((0, 0, width, height), (nw, nh), (left, top), False)
 
 
 def scaled_box(crop: Crop, width: int, height: int, scaled_width: int, scaled_height: int) -> tuple[int, int, int, int]:

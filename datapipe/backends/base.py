@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import abc
 import logging
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -12,12 +11,14 @@ import numpy as np
 import torch
 
 from ..formats.base import Dataset
+from ..resources import cpus_per_rank
 from ..sharding import EpochPlan, Shard
 
 log = logging.getLogger(__name__)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 ON_ERROR = ("skip", "raise")
+START_METHODS = ("fork", "spawn", "forkserver")
 
 
 class Batch(NamedTuple):
@@ -45,6 +46,9 @@ class LoaderOptions:
     dtype: torch.dtype = torch.float32
     channels_last: bool = False
     on_error: str = "skip"
+    max_bad_fraction: float = 0.01
+    persistent_workers: bool = True
+    start_method: str | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -59,10 +63,15 @@ class LoaderOptions:
             raise ValueError(f"on_error must be one of {ON_ERROR}, got {self.on_error!r}")
         if self.dtype not in (torch.float32, torch.float16, torch.bfloat16):
             raise ValueError(f"dtype must be torch.float32, float16 or bfloat16, got {self.dtype}")
+        if not 0 <= self.max_bad_fraction <= 1:
+            raise ValueError(f"max_bad_fraction must be within 0..1, got {self.max_bad_fraction}")
+        if self.start_method is not None and self.start_method not in START_METHODS:
+            raise ValueError(f"start_method must be one of {START_METHODS} or None, got {self.start_method!r}")
 
     @property
     def workers(self) -> int:
-        return (os.cpu_count() or 1) if self.num_workers is None else self.num_workers
+        """num_workers, or this rank's share of the node's CPUs (datapipe.resources)."""
+        return cpus_per_rank() if self.num_workers is None else self.num_workers
 
     @property
     def torch_device(self) -> torch.device:
@@ -116,11 +125,46 @@ class Normalizer:
         return self._empty(images.shape, self.dtype).copy_(out)
 
 
+class BadSample(NamedTuple):
+    """A record that could not be read or decoded, and the record served in its place."""
+
+    index: int
+    path: str
+    reason: str
+    substitute: int = -1
+
+
+class TooManyBadSamples(RuntimeError):
+    """More records of an epoch failed than max_bad_fraction allows: the data, not one file, is broken."""
+
+
+SUBSTITUTE_TRIES = 8
+
+
+def record_path(dataset: Dataset, index: int) -> str:
+    """A record's original path for an error message, or its number when even that cannot be read."""
+    try:
+        return dataset.record(index).path or f"record {index}"
+    except Exception:  # the store itself is damaged: the number is all there is
+        return f"record {index}"
+
+
+def substitutes(index: int, size: int, *, seed: int, epoch: int) -> Iterator[int]:
+    """Records to serve in place of a bad one, in a fixed order: a batch keeps its size (so ranks
+    keep equal batch counts and resume positions stay exact) and the choice is reproducible."""
+    rng = np.random.default_rng([seed, epoch, index, 7])
+    for _ in range(SUBSTITUTE_TRIES):
+        candidate = int(rng.integers(size))
+        if candidate != index:
+            yield candidate
+
+
 class Loader(abc.ABC):
     """`for images, labels, indices in loader`; `set_epoch`, `len`, `state_dict`, `load_state_dict`.
 
-    The base class keeps the epoch and the number of batches handed out, so every backend resumes
-    mid-epoch the same way: the next iteration starts at the batch after the last one handed out.
+    The base class keeps the epoch and the global position in it (samples of the epoch's order that
+    all ranks together consumed), so every backend resumes the same way, at any world size: the next
+    iteration starts right after the last batch handed out. It also applies the on_error bound.
     """
 
     backend: str = ""
@@ -131,8 +175,11 @@ class Loader(abc.ABC):
         self.options = options
         self.reason = reason
         self.epoch = 0
-        self._start = 0
-        self._served = 0
+        self._offset = 0  # global position where the current (or next) iteration starts
+        self._served = 0  # batches handed out since _offset
+        self._iterated = False  # an iteration began since the last set_epoch / load_state_dict
+        self.skipped: list[BadSample] = []
+        self._epoch_bad = 0
 
     @property
     def shard(self) -> Shard:
@@ -147,42 +194,69 @@ class Loader(abc.ABC):
         return self.plan.real_samples
 
     @property
+    def position(self) -> int:
+        """Samples of this epoch's order consumed by all ranks together (the elastic resume point)."""
+        return self.plan.offset_after(self._offset, self._served)
+
+    @property
     def batches_done(self) -> int:
-        """Batches of the current epoch handed out so far (a resume point)."""
-        return self._served
+        """Batches of the current epoch done, counted at this loader's world size (len(self) at the end)."""
+        return len(self.plan) - self.plan.num_batches(self.position)
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch the next iteration reads (its order is seeded by (seed, epoch))."""
+        """Select the epoch the next iteration reads (its order is seeded by (seed, epoch)). A position
+        restored by load_state_dict for this epoch is kept; otherwise the epoch starts at its beginning."""
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
-        if epoch != self.epoch or self._served:
-            self.epoch, self._start, self._served = epoch, 0, 0
+        if epoch != self.epoch or self._iterated:
+            self.epoch, self._offset, self._served, self._iterated = epoch, 0, 0, False
 
     def state_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "epoch": self.epoch, "batches_done": self._served,
-                "seed": self.options.seed, "size": self.plan.size, "batch_size": self.plan.batch_size,
-                "rank": self.shard.rank, "world_size": self.shard.world_size}
+        return {"backend": self.backend, "epoch": self.epoch, "samples_done": self.position,
+                "batches_done": self.batches_done, "seed": self.options.seed, "size": self.plan.size,
+                "shuffle": self.plan.shuffle, "batch_size": self.plan.batch_size, "rank": self.shard.rank,
+                "world_size": self.shard.world_size, "skipped": len(self.skipped)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from a state_dict: the next iteration yields exactly the batches not yet handed out."""
-        for key in ("seed", "size", "batch_size", "rank", "world_size"):
-            mine = self.state_dict()[key]
-            if state.get(key) != mine:
-                raise ValueError(f"cannot resume: the state was saved with {key}={state.get(key)!r}, "
-                                 f"this loader has {key}={mine!r}")
-        self.epoch, self._start, self._served = int(state["epoch"]), int(state["batches_done"]), int(state["batches_done"])
+        """Continue from a state_dict: the next iteration yields exactly the samples not yet handed
+        out by any rank, at this loader's world size (which may differ from the saved one)."""
+        mine = self.state_dict()
+        for key in ("seed", "size", "shuffle"):
+            if key in state and state[key] != mine[key]:
+                raise ValueError(f"cannot resume: the state was saved with {key}={state[key]!r}, "
+                                 f"this loader has {key}={mine[key]!r}")
+        done = state.get("samples_done")
+        if done is None:  # a state written before positions were global
+            done = int(state["batches_done"]) * int(state["batch_size"]) * int(state["world_size"])
+        self.epoch, self._offset, self._served, self._iterated = int(state["epoch"]), min(int(done), self.plan.size), 0, False
 
     def __iter__(self) -> Iterator[Batch]:
-        start, self._start = self._start, 0
-        self._served = start
-        for batch in self._iterate(self.epoch, start):
+        if self._iterated:  # iterating again without set_epoch: the epoch from its start
+            self._offset, self._served = 0, 0
+        self._offset, self._served, self._iterated = self.position, 0, True
+        self._epoch_bad = 0 if self._offset == 0 else self._epoch_bad
+        for batch in self._iterate(self.epoch, self._offset):
             self._served += 1
             yield batch
-        self._start = 0
 
     @abc.abstractmethod
-    def _iterate(self, epoch: int, start: int) -> Iterator[Batch]:
-        """Yield the batches of `epoch` from batch number `start` on."""
+    def _iterate(self, epoch: int, offset: int) -> Iterator[Batch]:
+        """Yield this rank's batches of `epoch` from global position `offset` on."""
+
+    def count_bad(self, bad: list[BadSample]) -> None:
+        """Log and keep bad samples; stop once this epoch's exceed max_bad_fraction of the rank's share."""
+        for b in bad:
+            log.warning("skipped record %d (%s): %s; served record %d in its place", b.index, b.path, b.reason,
+                        b.substitute)
+        self.skipped.extend(bad)
+        self._epoch_bad += len(bad)
+        share = self.plan.samples_per_rank()
+        if bad and self._epoch_bad > self.options.max_bad_fraction * share:
+            first = "; ".join(f"{b.path}: {b.reason}" for b in self.skipped[-min(3, len(self.skipped)):])
+            raise TooManyBadSamples(
+                f"{self._epoch_bad} of this rank's {share} samples in epoch {self.epoch} could not be read or "
+                f"decoded, more than max_bad_fraction={self.options.max_bad_fraction} allows (last: {first}). "
+                "Convert the folder with `datapipe convert` (it skips and reports bad files) or raise max_bad_fraction.")
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(backend={self.backend!r}, batches={len(self)}, "

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -11,19 +10,17 @@ import torch
 from ..formats.base import Dataset
 from ..sharding import EpochPlan
 from ..transforms import decode_view, sample_rng
-from .base import Batch, Loader, LoaderOptions, Normalizer
+from .base import BadSample, Batch, Loader, LoaderOptions, Normalizer, record_path, substitutes
 
 log = logging.getLogger(__name__)
-
-
-class BadSample(NamedTuple):
-    index: int
-    path: str
-    reason: str
+Decoded = tuple[torch.Tensor, int, int, BadSample | None]
 
 
 class DecodedRecords(torch.utils.data.Dataset):
-    """(epoch, index) -> (uint8 CHW tensor, label, index), or a BadSample under on_error="skip"."""
+    """(epoch, index) -> (uint8 CHW tensor, label, index served, BadSample or None).
+
+    A record that cannot be read or decoded raises under on_error="raise" (naming it); under "skip"
+    another record, chosen reproducibly, is served in its place so the batch keeps its size."""
 
     def __init__(self, dataset: Dataset, options: LoaderOptions) -> None:
         self.dataset = dataset
@@ -33,47 +30,54 @@ class DecodedRecords(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, item: tuple[int, int]) -> tuple[torch.Tensor, int, int] | BadSample:
-        epoch, index = item
+    def _decode(self, epoch: int, index: int) -> tuple[torch.Tensor, int]:
         sample = self.dataset[index]
+        pixels = decode_view(sample.data, self.size, train=self.train, rng=sample_rng(self.seed, epoch, index))
+        return pixels, sample.label
+
+    def __getitem__(self, item: tuple[int, int]) -> Decoded:
+        epoch, index = item
         try:
-            pixels = decode_view(sample.data, self.size, train=self.train, rng=sample_rng(self.seed, epoch, index))
-        except Exception as exc:  # PIL raises many types for bad bytes; the path is what matters
-            path = self.dataset.record(index).path  # metadata read only on this rare path
+            return (*self._decode(epoch, index), index, None)
+        except Exception as exc:  # a store or PIL raises many types for bad records; which record is what matters
+            path = record_path(self.dataset, index)
             if self.raise_errors:
-                raise RuntimeError(f"cannot decode record {index} ({path}): {exc}") from exc
-            return BadSample(index, path, f"{type(exc).__name__}: {exc}")
-        return pixels, sample.label, index
+                raise RuntimeError(f"cannot read or decode record {index} ({path}): {exc}") from exc
+            reason = f"{type(exc).__name__}: {exc}"
+        for other in substitutes(index, len(self.dataset), seed=self.seed, epoch=epoch):
+            try:
+                return (*self._decode(epoch, other), other, BadSample(index, path, reason, other))
+            except Exception:
+                continue
+        raise RuntimeError(f"record {index} ({path}) is bad ({reason}) and so were the records tried in its place: "
+                           "the dataset looks broken; run `datapipe verify` on it")
 
 
-def collate(items: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[BadSample]]:
-    """Stack the good samples (uint8 NCHW) and pass the bad ones on for counting."""
-    good = [it for it in items if not isinstance(it, BadSample)]
-    bad = [it for it in items if isinstance(it, BadSample)]
-    if not good:
-        return torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=torch.int64), bad
-    first = good[0][0]
+def collate(items: list[Decoded]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[BadSample]]:
+    """Stack the samples (uint8 NCHW) and pass the bad ones (already substituted) on for counting."""
+    bad = [it[3] for it in items if it[3] is not None]
+    first = items[0][0]
     out = None
     if torch.utils.data.get_worker_info() is not None:  # stack straight into shared memory (no copy on send)
-        storage = first.untyped_storage()._new_shared(len(good) * first.numel() * first.element_size())
-        out = first.new(storage).view(len(good), *first.shape)
-    images = torch.stack([g[0] for g in good], out=out)
-    labels = torch.tensor([g[1] for g in good], dtype=torch.int64)
-    indices = torch.tensor([g[2] for g in good], dtype=torch.int64)
+        storage = first.untyped_storage()._new_shared(len(items) * first.numel() * first.element_size())
+        out = first.new(storage).view(len(items), *first.shape)
+    images = torch.stack([g[0] for g in items], out=out)
+    labels = torch.tensor([g[1] for g in items], dtype=torch.int64)
+    indices = torch.tensor([g[2] for g in items], dtype=torch.int64)
     return images, labels, indices, bad
 
 
 class EpochBatches:
-    """The batch sampler: lists of (epoch, index) for the configured epoch, from a start batch on."""
+    """The batch sampler: lists of (epoch, index) for the configured epoch, from a global position on."""
 
     def __init__(self, plan: EpochPlan) -> None:
-        self.plan, self.epoch, self.start = plan, 0, 0
+        self.plan, self.epoch, self.offset = plan, 0, 0
 
     def __len__(self) -> int:
-        return len(self.plan) - self.start
+        return self.plan.num_batches(self.offset)
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        for batch in self.plan.batches(self.epoch, self.start):
+        for batch in self.plan.batches(self.epoch, self.offset):
             yield [(self.epoch, int(i)) for i in batch]
 
 
@@ -96,26 +100,21 @@ class DataLoaderLoader(Loader):
         self.loader = torch.utils.data.DataLoader(
             DecodedRecords(dataset, options), batch_sampler=self.sampler, collate_fn=collate,
             num_workers=workers, pin_memory=pin, worker_init_fn=_seed_worker,
-            prefetch_factor=options.prefetch_factor if workers else None, persistent_workers=workers > 0)
+            prefetch_factor=options.prefetch_factor if workers else None,
+            persistent_workers=workers > 0 and options.persistent_workers,
+            multiprocessing_context=options.start_method if workers else None)
         self.normalize = Normalizer(self.device, options.dtype, options.channels_last)
-        self.skipped: list[BadSample] = []
 
-    def host_batches(self, epoch: int, start: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    def host_batches(self, epoch: int, offset: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """uint8 NCHW batches on the host (pinned where CUDA is used), bad samples counted and logged."""
-        self.sampler.epoch, self.sampler.start = epoch, start
+        self.sampler.epoch, self.sampler.offset = epoch, offset
         for images, labels, indices, bad in self.loader:
-            for b in bad:
-                log.warning("skipped record %d (%s): %s", b.index, b.path, b.reason)
-            self.skipped.extend(bad)
-            if len(indices):
-                yield images, labels, indices
+            self.count_bad(bad)
+            yield images, labels, indices
 
     def to_device(self, images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor) -> Batch:
         return Batch(self.normalize(images), labels.to(self.device, non_blocking=True), indices)
 
-    def _iterate(self, epoch: int, start: int) -> Iterator[Batch]:
-        for host in self.host_batches(epoch, start):
+    def _iterate(self, epoch: int, offset: int) -> Iterator[Batch]:
+        for host in self.host_batches(epoch, offset):
             yield self.to_device(*host)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "skipped": len(self.skipped)}

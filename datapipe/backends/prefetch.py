@@ -16,12 +16,12 @@ class PrefetchLoader(DataLoaderLoader):
 
     backend = "prefetch"
 
-    def _iterate(self, epoch: int, start: int) -> Iterator[Batch]:
+    def _iterate(self, epoch: int, offset: int) -> Iterator[Batch]:
         cuda = self.device.type == "cuda"
         stream = torch.cuda.Stream(device=self.device) if cuda else None
         current = torch.cuda.current_stream(self.device) if cuda else None
         ready: Batch | None = None
-        for host in self.host_batches(epoch, start):
+        for host in self.host_batches(epoch, offset):
             with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
                 upcoming = self.to_device(*host)
             if ready is not None:

@@ -1,0 +1,152 @@
+"""DALI backend: the plan's records, read by a parallel external_source, decoded by DALI (nvJPEG
+`mixed` on CUDA, CPU operators otherwise) into the same views as the other backends.
+
+One pipeline serves every epoch and every resume: its worker processes start once (under `spawn`
+on CUDA that takes seconds), and each epoch after the first starts within about one batch's time.
+Every format (folder included) goes through the same source, so DALI follows datapipe.sharding like
+the other backends: one global permutation per epoch, interleaved rank slices, elastic resume,
+substitution of bad records. DALI's own readers (readers.file, readers.webdataset) shard and shuffle
+by themselves and stop at a bad file, so they are not used.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import weakref
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from ...formats.base import Dataset
+from ...sharding import EpochPlan
+from ..base import BadSample, Batch, Loader, LoaderOptions, record_path
+from .graph import build_pipeline
+from .source import EpochTable, PlannedSource, ViewSettings
+
+log = logging.getLogger(__name__)
+UNVALIDATED_FORMATS = ("folder", "wds-shards")  # not checked by `datapipe convert`
+
+
+def pip_hint() -> str:
+    """The extra that matches the installed torch's CUDA major version."""
+    cuda = torch.version.cuda or ""
+    extra = "dali-cu13" if cuda.startswith("13") else "dali-cu12"
+    return f"pip install 'datapipe[{extra}]' (the DALI build for torch's CUDA {cuda or 'none (CPU build)'})"
+
+
+def require_dali():
+    """The nvidia.dali module, or an ImportError naming the extra to install."""
+    try:
+        import nvidia.dali
+        import nvidia.dali.plugin.pytorch  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(f"the dali backend needs NVIDIA DALI: {pip_hint()}") from exc
+    return nvidia.dali
+
+
+class DaliLoader(Loader):
+    """One DALI pipeline per loader, read through DALI's PyTorch iterator, positioned per epoch
+    through an EpochTable."""
+
+    backend = "dali"
+
+    def __init__(self, dataset: Dataset, plan: EpochPlan, options: LoaderOptions, *, reason: str = "") -> None:
+        require_dali()
+        super().__init__(dataset, plan, options, reason=reason)
+        self.device = options.torch_device
+        folder = tempfile.mkdtemp(prefix="datapipe-dali-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        self._finalizer = weakref.finalize(self, shutil.rmtree, folder, True)
+        self.table = EpochTable.create(folder)
+        settings = ViewSettings(options.image_size, options.train, options.seed, options.on_error == "skip",
+                                dataset.format in UNVALIDATED_FORMATS)
+        self.source = PlannedSource(dataset, plan, self.table, settings)
+        self._pipe = None
+        self._iterator = None
+        self._dali_epoch = -1
+
+    @property
+    def start_method(self) -> str:
+        """spawn on CUDA: DALI refuses fork once its own build initialised the CUDA driver, which
+        torch.cuda.is_initialized() cannot see. fork otherwise (fast), unless options say."""
+        return self.options.start_method or ("spawn" if self.device.type == "cuda" else "fork")
+
+    def _build(self) -> None:
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+        threads = max(1, self.options.workers)
+        cuda = self.device.type == "cuda"
+        seed = int(np.random.default_rng([self.options.seed, self.shard.rank]).integers(2**31))
+        self._pipe = build_pipeline(
+            self.source, batch_size=self.plan.batch_size, threads=threads, py_workers=max(1, threads // 2),
+            device_id=(self.device.index or 0) if cuda else None, start_method=self.start_method, seed=seed,
+            size=self.options.image_size, channels_last=self.options.channels_last,
+            half=self.options.dtype == torch.float16)
+        self._pipe.build()
+        self._iterator = DALIGenericIterator([self._pipe], ["images", "labels", "indices", "replaced"],
+                                             last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=False,
+                                             prepare_first_batch=False)
+
+    def _position(self, epoch: int, offset: int) -> None:
+        """Point the next DALI epoch at (epoch, offset): write its table row, stop and drain the
+        previous DALI epoch (at most the batches DALI had prefetched), then reset into the new one."""
+        if self._pipe is None:
+            self._dali_epoch = 0
+            self.table.write(0, epoch, offset)
+            self._build()
+            return
+        self._dali_epoch += 1
+        self.table.write(self._dali_epoch, epoch, offset)
+        self.table.stop(self._dali_epoch - 1)
+        drained = 0
+        try:
+            while True:
+                next(self._iterator)
+                drained += 1
+        except StopIteration:
+            pass
+        if drained:
+            log.debug("dropped %d prefetched DALI batches of an abandoned epoch", drained)
+        self._iterator.reset()
+
+    def _iterate(self, epoch: int, offset: int) -> Iterator[Batch]:
+        count = self.plan.num_batches(offset)
+        if count == 0:
+            return
+        self._position(epoch, offset)
+        for number in range(count):
+            try:
+                outputs = next(self._iterator)[0]
+            except StopIteration:
+                raise RuntimeError(f"DALI ended epoch {epoch} after {number} of {count} batches") from None
+            except Exception as exc:
+                raise self._failure(exc, epoch, offset, number) from None
+            yield self._to_batch(outputs, epoch)
+
+    def _failure(self, exc: Exception, epoch: int, offset: int, number: int) -> RuntimeError:
+        """The pipeline's error, with the records it may concern (a worker's message names its record)."""
+        lines = [l for l in str(exc).strip().splitlines() if l.strip()]
+        named = next((l for l in reversed(lines) if "cannot read or decode record" in l), None)
+        if named is not None:
+            return RuntimeError(named.split("RuntimeError: ", 1)[-1])
+        batches = self.plan.batches(epoch, offset)[number:number + 3]
+        suspects = [record_path(self.dataset, int(i)) for b in batches for i in b][:8]
+        return RuntimeError(f"DALI failed in epoch {epoch} at batch {number}: {lines[-1] if lines else exc}. "
+                            f"The batch in flight held: {', '.join(suspects)}. DALI cannot skip a sample its "
+                            "decoder rejects: convert the data with `datapipe convert`, which skips and reports them")
+
+    def _to_batch(self, out: dict[str, torch.Tensor], epoch: int) -> Batch:
+        indices = out["indices"].reshape(-1).to("cpu", torch.int64)
+        replaced = out["replaced"].reshape(-1).to("cpu", torch.int64)
+        if bool((replaced >= 0).any()):
+            self.count_bad([BadSample(r, record_path(self.dataset, r), self.source.problem(epoch, r) or "rejected", i)
+                            for r, i in zip(replaced.tolist(), indices.tolist()) if r >= 0])
+        labels = out["labels"].reshape(-1).to(torch.int64)
+        images = out["images"]
+        if self.options.channels_last:
+            images = images.permute(0, 3, 1, 2)
+        images = images.to(self.device, self.options.dtype, non_blocking=True)
+        fmt = torch.channels_last if self.options.channels_last else torch.contiguous_format
+        return Batch(images.contiguous(memory_format=fmt), labels.to(self.device, non_blocking=True), indices)

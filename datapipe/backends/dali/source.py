@@ -1,0 +1,150 @@
+"""What DALI's parallel external_source runs in its worker processes: the plan's batches, read
+through datapipe.formats, with each sample's view geometry and the on_error policy applied.
+
+One pipeline serves every epoch. The loader tells the workers which epoch and global position each
+DALI epoch reads through an `EpochTable`, a small shared file written before the DALI epoch is
+started (DALI schedules an epoch's first batches when it is reset, so the row is always there in
+time). The callable pickles without open handles (spawned workers need that); each worker opens the
+store once, lazily.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...decode import BadImageError, image_ext, jpeg_scan_start
+from ...formats.base import Dataset
+from ...sharding import EpochPlan
+from ...transforms import sample_rng, view_geometry
+from ..base import record_path, substitutes
+
+RING = 16  # rows of the table; only the DALI epoch being drained and the next one are ever live
+NO_LIMIT = np.iinfo(np.int64).max
+PNG_END = b"IEND\xaeB`\x82"
+
+
+class EpochTable:
+    """DALI epoch number -> (epoch, global position, batch limit), in a file every worker maps."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+        self._rows: np.memmap | None = None
+        self._pid: int | None = None
+
+    @classmethod
+    def create(cls, folder: Path) -> "EpochTable":
+        table = cls(Path(folder) / "epochs.i64")
+        np.memmap(table.path, dtype=np.int64, mode="w+", shape=(RING, 3)).flush()
+        return table
+
+    def _map(self) -> np.memmap:
+        if self._pid != os.getpid():
+            self._rows, self._pid = np.memmap(self.path, dtype=np.int64, mode="r+", shape=(RING, 3)), os.getpid()
+        return self._rows  # type: ignore[return-value]
+
+    def write(self, dali_epoch: int, epoch: int, offset: int, limit: int = NO_LIMIT) -> None:
+        self._map()[dali_epoch % RING] = (epoch, offset, limit)
+
+    def stop(self, dali_epoch: int) -> None:
+        """No further batch of this DALI epoch: its workers answer StopIteration from now on."""
+        self._map()[dali_epoch % RING, 2] = 0
+
+    def read(self, dali_epoch: int) -> tuple[int, int, int]:
+        epoch, offset, limit = (int(v) for v in self._map()[dali_epoch % RING])
+        return epoch, offset, limit
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "_rows": None, "_pid": None}
+
+
+def check_structure(data: bytes) -> None:
+    """What an unconverted file must pass before DALI sees it (DALI cannot skip a sample): a JPEG
+    has a scan and its end marker, a PNG its IEND chunk. Cheap: no decode."""
+    ext = image_ext(data)
+    if ext == "jpg":
+        start = jpeg_scan_start(data)
+        if start < 0 or data.rfind(b"\xff\xd9") < start:
+            raise BadImageError("corrupt or truncated: JPEG without a scan or its end-of-image marker")
+    elif ext == "png" and not data.rstrip(b"\0").endswith(PNG_END):
+        raise BadImageError("corrupt or truncated: PNG without its IEND chunk")
+
+
+@dataclass(frozen=True)
+class ViewSettings:
+    image_size: int
+    train: bool
+    seed: int
+    skip_errors: bool
+    check_files: bool  # the source was not validated by `datapipe convert` (a folder, other tools' shards)
+
+
+Prepared = tuple[np.ndarray, int, np.ndarray]  # encoded bytes, label, geometry row
+
+
+OUTPUTS = 9
+
+
+class PlannedSource:
+    """BatchInfo -> one batch of the plan as 9 outputs: encoded images, labels, record indices, ROI
+    anchor (left, top) and shape (width, height), resized (width, height), window anchor (left,
+    top), flip, and the record each sample replaced (-1 for none)."""
+
+    def __init__(self, dataset: Dataset, plan: EpochPlan, table: EpochTable, settings: ViewSettings) -> None:
+        self.dataset, self.plan, self.table, self.settings = dataset, plan, table, settings
+        self._cached: tuple[tuple[int, int], list[np.ndarray]] | None = None
+
+    def _batches(self, epoch: int, offset: int) -> list[np.ndarray]:
+        if self._cached is None or self._cached[0] != (epoch, offset):
+            self._cached = ((epoch, offset), self.plan.batches(epoch, offset))
+        return self._cached[1]
+
+    def prepare(self, epoch: int, index: int) -> Prepared:
+        """Read record `index` and compute its view; raises for a record that cannot be used."""
+        sample = self.dataset[index]
+        if self.settings.check_files:
+            check_structure(sample.data)
+        s = self.settings
+        g = view_geometry(sample.data, s.image_size, train=s.train, rng=sample_rng(s.seed, epoch, index))
+        row = np.array([*g.roi, *g.resized, *g.window, int(g.flip)], dtype=np.float32)
+        return np.frombuffer(sample.data, dtype=np.uint8), sample.label, row
+
+    def problem(self, epoch: int, index: int) -> str | None:
+        """Why record `index` cannot be used, or None (the parent uses this to report a skip)."""
+        try:
+            self.prepare(epoch, index)
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    def _prepare_or_substitute(self, epoch: int, index: int) -> tuple[Prepared, int, int]:
+        """(prepared sample, index served, index replaced or -1)."""
+        try:
+            return self.prepare(epoch, index), index, -1
+        except Exception as exc:
+            if not self.settings.skip_errors:
+                raise RuntimeError(f"cannot read or decode record {index} ({record_path(self.dataset, index)}): "
+                                   f"{type(exc).__name__}: {exc}") from exc
+        for other in substitutes(index, len(self.dataset), seed=self.settings.seed, epoch=epoch):
+            try:
+                return self.prepare(epoch, other), other, index
+            except Exception:
+                continue
+        raise RuntimeError(f"record {index} is bad and so were the records tried in its place: the dataset "
+                           "looks broken; run `datapipe verify` on it")
+
+    def __call__(self, batch_info) -> tuple[list[np.ndarray], ...]:
+        epoch, offset, limit = self.table.read(batch_info.epoch_idx)
+        batches = self._batches(epoch, offset)
+        if batch_info.iteration >= min(limit, len(batches)):
+            raise StopIteration
+        columns: tuple[list[np.ndarray], ...] = tuple([] for _ in range(OUTPUTS))
+        for index in batches[batch_info.iteration]:
+            (data, label, g), served, replaced = self._prepare_or_substitute(epoch, int(index))
+            values = (data, np.array(label, np.int64), np.array(served, np.int64), g[0:2], g[2:4], g[4:6], g[6:8],
+                      np.array(g[8], np.int32), np.array(replaced, np.int64))
+            for column, value in zip(columns, values):
+                column.append(value)
+        return columns
