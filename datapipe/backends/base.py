@@ -144,7 +144,7 @@ SUBSTITUTE_TRIES = 8
 def record_path(dataset: Dataset, index: int) -> str:
     """A record's original path for an error message, or its number when even that cannot be read."""
     try:
-        return dataset.record(index).path or f"record {index}"
+        return dataset.origin(index) or f"record {index}"
     except Exception:  # the store itself is damaged: the number is all there is
         return f"record {index}"
 

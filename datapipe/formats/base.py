@@ -57,6 +57,10 @@ class Dataset(abc.ABC):
         """The stored record at `index` with its metadata (original path, digest)."""
         return self._read(self._check(index))
 
+    def origin(self, index: int) -> str:
+        """Where record `index` came from (its original relative path), for messages."""
+        return self.record(index).path
+
     def _check(self, index: int) -> int:
         """`index` made non-negative, or an IndexError."""
         if index < 0:

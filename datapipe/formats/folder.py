@@ -22,6 +22,9 @@ class FolderDataset(Dataset):
         self.files: list[ImageFile] = layout.splits[split]
         super().__init__(path, split=split, classes=list(layout.classes.classes), size=len(self.files))
 
+    def origin(self, index: int) -> str:
+        return self.files[self._check(index)].relpath
+
     def _read(self, index: int) -> Record:
         f = self.files[index]
         return Record(f.key, f.path.read_bytes(), f.label, f.relpath, "")

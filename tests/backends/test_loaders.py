@@ -13,7 +13,7 @@ def epoch_indices(loader, epoch=0):
     batches = []
     for images, labels, indices in loader:
         assert images.shape[1:] == (3, 32, 32) and images.dtype == torch.float32
-        assert labels.dtype == torch.int64 and len(labels) == len(indices) == len(images)
+        assert labels.dtype == torch.int64 and len(labels) == len(indices) == len(images) > 0
         batches.append((indices.tolist(), labels.tolist()))
     return batches
 
@@ -49,6 +49,49 @@ def test_two_ranks_get_equal_batch_counts_and_cover_everything(source, backend, 
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_readme_resume_pattern_keeps_the_position(source, backend):
+    """load_state_dict, then the loop's set_epoch(state["epoch"]) at the top of the epoch: the rest
+    of the epoch, not the epoch over; the next epoch then starts at its beginning."""
+    whole = make_loader(source, backend=backend, **SMALL)
+    expected = [flat(epoch_indices(whole, e)) for e in (2, 3)]
+    first = make_loader(source, backend=backend, **SMALL)
+    first.set_epoch(2)
+    seen = [i for _, (_, _, idx) in zip(range(2), first) for i in idx.tolist()]
+    resumed = make_loader(source, backend=backend, **SMALL)
+    resumed.load_state_dict(first.state_dict())
+    got = []
+    for epoch in (2, 3):
+        resumed.set_epoch(epoch)
+        got.append([i for _, _, idx in resumed for i in idx.tolist()])
+    assert seen + got[0] == expected[0] and got[1] == expected[1]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("worlds", [(2, 1), (1, 3)])
+def test_elastic_resume_at_another_world_size_reads_every_sample_once(source, backend, worlds):
+    """Ranks stop after 2 batches at one world size; the job comes back at another: together they
+    read every record of the epoch, and only padding repeats one."""
+    before, after = worlds
+    size = len(open_dataset(source))
+    options = {**SMALL, "batch_size": 3}
+    seen, state = [], None
+    for rank in range(before):
+        loader = make_loader(source, backend=backend, rank=rank, world_size=before, **options)
+        loader.set_epoch(1)
+        seen += [i for _, (_, _, idx) in zip(range(2), loader) for i in idx.tolist()]
+        state = loader.state_dict()
+    assert state["samples_done"] == 2 * 3 * before
+    rest = []
+    for rank in range(after):
+        loader = make_loader(source, backend=backend, rank=rank, world_size=after, **options)
+        loader.load_state_dict({**state, "rank": rank})
+        loader.set_epoch(1)
+        rest += [i for _, _, idx in loader for i in idx.tolist()]
+    assert sorted(set(seen + rest)) == list(range(size))
+    assert len(seen) + len(rest) - size < after  # the only repeats are the padding of the last batches
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_resume_mid_epoch_yields_exactly_the_rest(source, backend):
     whole = flat(epoch_indices(make_loader(source, backend=backend, **SMALL), 3))
     loader = make_loader(source, backend=backend, **SMALL)
@@ -68,24 +111,28 @@ def test_resume_mid_epoch_yields_exactly_the_rest(source, backend):
 
 def test_resume_refuses_a_state_from_another_configuration(packed_lmdb):
     state = make_loader(packed_lmdb, backend="dataloader", **SMALL).state_dict()
-    with pytest.raises(ValueError, match="batch_size"):
-        make_loader(packed_lmdb, backend="dataloader", **{**SMALL, "batch_size": 7}).load_state_dict(state)
+    with pytest.raises(ValueError, match="seed=0, this loader has seed=7"):
+        make_loader(packed_lmdb, backend="dataloader", **{**SMALL, "seed": 7}).load_state_dict(state)
 
 
-def test_dali_external_source_survives_pickling_for_spawned_workers(source):
-    """On a GPU DALI starts its source workers with spawn: the callable and its dataset must pickle
-    (without open handles) and read correctly in the new process."""
+def test_dali_source_survives_pickling_for_spawned_workers(source, tmp_path):
+    """On a GPU DALI starts its source workers with spawn: the callable, its dataset and its epoch
+    table must pickle (without open handles) and read correctly in the new process."""
     import pickle
     from types import SimpleNamespace
 
-    import numpy as np
-
-    from datapipe.dali_source import PlannedBatches
+    from datapipe.backends.dali.source import EpochTable, PlannedSource, ViewSettings
+    from datapipe.sharding import EpochPlan
 
     ds = open_dataset(source)
-    source_fn = pickle.loads(pickle.dumps(PlannedBatches(ds, [np.array([2, 0]), np.array([1])])))
-    images, labels, indices = source_fn(SimpleNamespace(iteration=0))
-    assert [bytes(i) for i in images] == [ds[2].data, ds[0].data]
-    assert [int(l) for l in labels] == [ds[2].label, ds[0].label] and [int(i) for i in indices] == [2, 0]
+    table = EpochTable.create(tmp_path)
+    plan = EpochPlan(len(ds), 2, shuffle=False)
+    source_fn = pickle.loads(pickle.dumps(PlannedSource(ds, plan, table, ViewSettings(32, True, 0, True, True))))
+    table.write(0, 0, 4)  # DALI epoch 0 reads epoch 0 from global position 4
+    images, labels, indices, *_, replaced = source_fn(SimpleNamespace(epoch_idx=0, iteration=1))
+    assert [bytes(i) for i in images] == [ds[6].data, ds[7].data]
+    assert [int(l) for l in labels] == [ds[6].label, ds[7].label] and [int(i) for i in indices] == [6, 7]
+    assert [int(r) for r in replaced] == [-1, -1]
+    table.stop(0)
     with pytest.raises(StopIteration):
-        source_fn(SimpleNamespace(iteration=2))
+        source_fn(SimpleNamespace(epoch_idx=0, iteration=2))
