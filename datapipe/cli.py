@@ -172,11 +172,15 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint-activations", action="store_true", help="recompute activations (big models)")
     p.add_argument("--no-channels-last", action="store_true", help="keep NCHW contiguous memory format")
     p.add_argument("--profile", action="store_true", help="write a torch.profiler trace of a few steps to OUT/profile")
-    p.add_argument("--workers", type=int, help="loader workers per process (default: all cores)")
+    p.add_argument("--workers", type=int, help="loader workers per process (default: this rank's share of the CPUs)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=50, help="steps between loss logs (the only host syncs)")
     p.add_argument("--save-every", type=int, default=0, help="also checkpoint every N steps (default: epoch ends)")
     p.add_argument("--max-steps", type=int, help="stop after N optimizer steps, checkpointing the position")
+    p.add_argument("--skip-nonfinite", action="store_true",
+                   help="skip steps whose loss or gradients are inf/NaN and count them (default: stop with an error)")
+    p.add_argument("--start-method", choices=["fork", "spawn", "forkserver"],
+                   help="worker start method (default: fork; DALI on CUDA: spawn)")
     p.add_argument("--out", required=True, help="folder for metrics.jsonl, last.pt, summary.json")
     p.add_argument("--resume", metavar="LAST_PT", help="continue from a checkpoint (mid-epoch included)")
     p.set_defaults(run=_run_train)
@@ -197,7 +201,8 @@ def _run_train(args: argparse.Namespace) -> int:
         image_size=args.image_size, backend=args.backend, amp=args.amp, accum_steps=args.accum_steps,
         compile=args.compile, checkpoint_activations=args.checkpoint_activations,
         channels_last=not args.no_channels_last, profile=args.profile, resume=args.resume, workers=args.workers,
-        seed=args.seed, log_every=args.log_every, save_every=args.save_every, max_steps=args.max_steps)
+        seed=args.seed, log_every=args.log_every, save_every=args.save_every, max_steps=args.max_steps,
+        skip_nonfinite=args.skip_nonfinite, start_method=args.start_method)
     metrics = train(config, env)
     if env.is_main and metrics:
         last = metrics[-1]

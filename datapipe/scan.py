@@ -40,6 +40,12 @@ class FolderLayout:
     skipped: dict[str, list[dict[str, str]]]
 
 
+def printable(relpath: str) -> str:
+    """A file name as valid UTF-8 text: bytes that are not UTF-8 (which os.walk hands back as lone
+    surrogates, and which JSON and digests cannot encode) are written as \\xNN escapes."""
+    return relpath.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def is_image_name(name: str) -> bool:
     return name.lower().endswith(IMAGE_EXTENSIONS)
 
@@ -93,8 +99,8 @@ def _label_files(root: Path, split_dir: Path, files_by_class: dict[str, list[Pat
     for name, files in files_by_class.items():
         label = classes.label(name)
         for path in files:
-            key = make_key(path.relative_to(split_dir).as_posix(), taken)
-            out.append(ImageFile(path, path.relative_to(root).as_posix(), label, key))
+            key = make_key(printable(path.relative_to(split_dir).as_posix()), taken)
+            out.append(ImageFile(path, printable(path.relative_to(root).as_posix()), label, key))
     return out
 
 
@@ -133,7 +139,7 @@ def scan_folder(root: str | Path, *, layout: str = "auto", split: str = "train")
     for name, files_by_class in by_split.items():
         unknown = [c for c in files_by_class if c not in classes]
         skipped[name] = [
-            {"path": p.relative_to(root).as_posix(),
+            {"path": printable(p.relative_to(root).as_posix()),
              "reason": f"class {c!r} is not in the train split's class list"}
             for c in unknown for p in files_by_class[c]
         ]
@@ -156,7 +162,7 @@ def scan_labelled(root: str | Path, labels_csv: str | Path, *, split: str = "val
         raise ValueError(f"{labels_csv}: row {bad[0]!r} is not 'filename,class'")
     wanted = {r[0].strip(): r[1].strip() for r in rows}
     classes = ClassIndex(sorted(set(wanted.values())))
-    present = {p.relative_to(root).as_posix(): p for p in walk_images(root)}
+    present = {printable(p.relative_to(root).as_posix()): p for p in walk_images(root)}
     taken: set[str] = set()
     files, skipped = [], []
     for relpath, path in present.items():

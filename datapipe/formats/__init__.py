@@ -75,7 +75,7 @@ def read_manifest(path: str | Path) -> Manifest | None:
 def open_dataset(path: str | Path, split: str = "train") -> Dataset:
     """Open one split of a packed dataset (LMDB, HDF5, WebDataset), of a plain image folder, or
     WebDataset shards written by other tools (`shards/train-{000000..000009}.tar`)."""
-    if isinstance(path, str) and ("{" in path or path.endswith(".tar")):
+    if isinstance(path, str) and (path.endswith(".tar") or ("{" in path and not Path(path).exists())):
         if split != "train":
             raise SplitNotFound(f"split {split!r} not in {path}: a shard pattern is one split (read as 'train'); "
                                 "open the other split's shards by their own pattern")

@@ -35,6 +35,8 @@ class TrainConfig:
     log_every: int = 50
     save_every: int = 0
     max_steps: int | None = None
+    skip_nonfinite: bool = False
+    start_method: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "accum_steps", "image_size", "log_every"):

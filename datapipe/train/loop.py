@@ -24,6 +24,7 @@ from ..records import SplitNotFound
 from . import checkpoint
 from .config import TrainConfig, warmup_cosine
 from .ddp import DistEnv, all_max, all_sum, gather_strings, setup, teardown
+from .guard import NonFiniteGuard
 from .models import build_model
 
 log = logging.getLogger("datapipe.train")
@@ -67,8 +68,10 @@ class Trainer:
         torch.manual_seed(config.seed)
         common = dict(backend=config.backend, batch_size=config.batch_size, image_size=config.image_size,
                       seed=config.seed, num_workers=config.workers, device=str(self.device),
-                      channels_last=config.channels_last)
-        self.loader: Loader = make_loader(config.data, split="train", train=True, **common)
+                      channels_last=config.channels_last, start_method=config.start_method)
+        # drop_last: a lone last sample breaks BatchNorm ("Expected more than 1 value per channel"),
+        # as in timm and the reference ImageNet scripts; evaluation keeps every sample.
+        self.loader: Loader = make_loader(config.data, split="train", train=True, drop_last=True, **common)
         self.val_loader = self._val_loader(common)
         model = build_model(config.model, len(self.loader.dataset.classes),
                             checkpoint_activations=config.checkpoint_activations).to(self.device)
@@ -90,14 +93,18 @@ class Trainer:
         self.amp = resolve_amp(config.amp, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp == torch.float16)
         self.criterion = nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
-        self.epoch, self.step, self.sums, self.positioned = 0, 0, EpochSums(), False
+        self.epoch, self.step, self.sums = 0, 0, EpochSums()
+        self.guard = NonFiniteGuard(self.device, skip=config.skip_nonfinite)
+        self.nonfinite = 0  # non-finite losses before this process started (from a checkpoint)
         self.metrics: list[dict[str, Any]] = []
         if config.resume:
             self._restore(checkpoint.load(config.resume))
 
     def _val_loader(self, common: dict[str, Any]) -> Loader | None:
+        """Evaluation is short: its DataLoader workers start per evaluation (a fork), so training
+        does not run beside a second idle set of persistent workers. DALI keeps its one pipeline."""
         try:
-            return make_loader(self.config.data, split="val", train=False, **common)
+            return make_loader(self.config.data, split="val", train=False, persistent_workers=False, **common)
         except SplitNotFound:
             log.info("no val split: val_acc will be null")
             return None
@@ -112,7 +119,8 @@ class Trainer:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scaler": self.scaler.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "loader": self.loader.state_dict(), "epoch": self.epoch, "step": self.step,
-                "sums": asdict(self.sums), "metrics": self.metrics, "config": asdict(self.config)}
+                "sums": asdict(self.sums), "metrics": self.metrics, "config": asdict(self.config),
+                "world_size": self.env.world_size, "nonfinite": self.nonfinite + self.guard.check(self.epoch)}
 
     def _save(self) -> None:
         if self.env.is_main:
@@ -123,18 +131,26 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.loader.load_state_dict({**state["loader"], "rank": self.env.rank})  # every rank is at one position
+        self.loader.load_state_dict(state["loader"])  # a global position: any world size resumes from it
         self.epoch, self.step = int(state["epoch"]), int(state["step"])
-        self.sums, self.metrics, self.positioned = EpochSums(**state["sums"]), list(state["metrics"]), True
-        log.info("resumed at epoch %d, step %d, batch %d", self.epoch, self.step, state["loader"]["batches_done"])
+        self.sums, self.metrics = EpochSums(**state["sums"]), list(state["metrics"])
+        self.nonfinite = int(state.get("nonfinite", 0))
+        saved_world = int(state.get("world_size", self.env.world_size))
+        if saved_world != self.env.world_size:  # elastic: count steps at this world size
+            self.step = self.epoch * self.steps_per_epoch + self.loader.batches_done // self.config.accum_steps
+            self.scheduler.last_epoch = self.step - 1
+            self.scheduler.step()
+            log.warning("resuming a world-size-%d run at world size %d: step %d of %d per epoch, lr %.4g",
+                        saved_world, self.env.world_size, self.step, self.steps_per_epoch,
+                        self.scheduler.get_last_lr()[0])
+        log.info("resumed at epoch %d, step %d, sample %d of the epoch", self.epoch, self.step,
+                 self.loader.state_dict()["samples_done"])
 
     # ---- training ---------------------------------------------------------------------------
     def fit(self) -> list[dict[str, Any]]:
         try:
             while self.epoch < self.config.epochs:
-                if not self.positioned:
-                    self.loader.set_epoch(self.epoch)
-                self.positioned = False
+                self.loader.set_epoch(self.epoch)  # keeps a position a resume restored
                 if not self._train_epoch():
                     break  # max_steps reached: last.pt holds the position
                 self._finish_epoch()
@@ -159,7 +175,8 @@ class Trainer:
                     break
                 number = self.loader.batches_done
                 boundary = number % self.config.accum_steps == 0 or number == len(self.loader)
-                loss_sum += self._forward_backward(batch, sync=boundary) * len(batch.labels)
+                loss = self._forward_backward(batch, sync=boundary)
+                loss_sum += self.guard.observe(loss, self.step) * len(batch.labels)
                 self.sums.images += len(batch.labels)
                 if profiler is not None:
                     profiler.step()
@@ -179,12 +196,16 @@ class Trainer:
 
     def _after_step(self, loss_sum: torch.Tensor) -> bool:
         """Optimizer step, schedule, logging and checkpoints; False when max_steps is reached."""
-        self.scaler.step(self.optimizer)
+        if self.guard.step_allowed(self.model):
+            self.scaler.step(self.optimizer)
+        else:  # --skip-nonfinite: this step's gradients are inf/NaN; the schedule goes on without them
+            self.optimizer.zero_grad(set_to_none=True)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.step += 1
         if self.step % self.config.log_every == 0 and self.env.is_main:
+            self.guard.check(self.epoch)
             log.info("epoch %d step %d loss %.4f lr %.4g", self.epoch, self.step,
                      loss_sum.item() / max(1, self.sums.images), self.scheduler.get_last_lr()[0])
         stop = self.config.max_steps is not None and self.step >= self.config.max_steps
@@ -198,6 +219,7 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         now = time.perf_counter()
+        self.guard.check(self.epoch)
         self.sums.loss_sum = float(loss_sum.item())
         self.sums.wait += self._wait
         self.sums.seconds += now - self._clock
@@ -237,16 +259,17 @@ class Trainer:
         record = {"epoch": self.epoch, "train_loss": loss_sum / max(images, 1), "val_acc": val_acc,
                   "images_per_s": images / max(seconds, 1e-9), "data_wait_pct": 100 * wait_share / self.env.world_size,
                   "world_size": self.env.world_size, "backend": self.loader.backend,
-                  "lr": self.scheduler.get_last_lr()[0], "steps": self.step, "seconds": seconds}
+                  "lr": self.scheduler.get_last_lr()[0], "steps": self.step, "seconds": seconds,
+                  "nonfinite_losses": self.nonfinite + self.guard.check(self.epoch),
+                  "skipped_records": len(self.loader.skipped)}
         self.metrics.append(record)
         if self.env.is_main:
             with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(record) + "\n")
+                fh.write(json.dumps(record, allow_nan=False) + "\n")  # strict JSON, never a bare NaN
             log.info("epoch %d: %s", self.epoch, json.dumps(record))
         self.epoch += 1
         self.sums = EpochSums()
         self.loader.set_epoch(self.epoch)
-        self.positioned = True
         self._save()
 
     def _write_summary(self) -> None:
