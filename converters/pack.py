@@ -21,6 +21,7 @@ from tqdm import tqdm
 from datapipe.decode import VALIDATION, BadImageError, check_image
 from datapipe.formats import FormatSpec, format_for, staging_path
 from datapipe.records import Manifest, Record, SplitInfo, record_digest
+from datapipe.resources import cpus_per_rank
 
 from .plan import Plan, Task, make_plan
 from .staging import Progress, mismatched_arguments, publish, remove
@@ -198,7 +199,7 @@ def convert(src: str | Path, dst: str | Path, options: ConvertOptions = ConvertO
 def _write_all(plan: Plan, writer: Any, progress: Progress, staging: Path, options: ConvertOptions) -> int:
     """Validate and write every task after `progress.done`; checkpoint as it goes. Returns files processed."""
     todo = plan.tasks[progress.done:]
-    workers = options.workers or os.cpu_count() or 1
+    workers = options.workers or cpus_per_rank()
     bar = tqdm(total=len(plan.tasks), initial=progress.done, unit="img", disable=not options.progress,
                dynamic_ncols=True, smoothing=0.05)
     megabytes, last, started = 0.0, 0.0, time.perf_counter()

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from .backends import dali_installed
+from .resources import available_cpus, cgroup_cpu_limit, cpus_per_rank
 from .transforms import region_decoder_available
 
 READ_PROBE_BYTES = 256 << 20
@@ -29,7 +30,8 @@ class Check:
 
 
 def cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """CPUs this process may use (affinity mask and cgroup quota: datapipe.resources)."""
+    return available_cpus()
 
 
 def _dali_version() -> str | None:
@@ -38,6 +40,27 @@ def _dali_version() -> str | None:
     import nvidia.dali
 
     return nvidia.dali.__version__
+
+
+def dali_builds() -> list[str]:
+    """The nvidia-dali-cuda* distributions installed (normally one)."""
+    import importlib.metadata
+
+    return sorted({d.metadata["Name"].lower() for d in importlib.metadata.distributions()
+                   if (d.metadata["Name"] or "").lower().startswith("nvidia-dali-cuda")})
+
+
+def dali_build_check(builds: list[str], torch_cuda: str | None) -> Check:
+    """Whether the installed DALI build matches torch's CUDA major version (cu12 or cu13)."""
+    want = {"12": "nvidia-dali-cuda120", "13": "nvidia-dali-cuda130"}.get((torch_cuda or "").split(".")[0])
+    value = ", ".join(builds) or "none"
+    if want is None:
+        return Check("dali_build", f"{value} (torch is a CPU build: DALI runs its CPU operators)", "info")
+    if builds == [want]:
+        return Check("dali_build", f"{value} matches torch's CUDA {torch_cuda}")
+    extra = "dali-cu13" if want.endswith("130") else "dali-cu12"
+    return Check("dali_build", f"{value}; torch uses CUDA {torch_cuda}", "warn",
+                 f"install {want} (pip install 'datapipe[{extra}]') and uninstall other nvidia-dali-cuda* builds")
 
 
 def _driver_version() -> str | None:
@@ -121,9 +144,13 @@ def diagnose(data: str | Path | None, env: Mapping[str, str]) -> list[Check]:
                         "" if region else "the CPU train view decodes whole JPEGs (measured ~1.2x slower per core): "
                         "install libjpeg headers (apt-get install libjpeg-dev) and reinstall datapipe, or "
                         "see the warning logged at import if it was built but failed its self-check"))
+    if dali:
+        checks.append(dali_build_check(dali_builds(), torch.version.cuda))
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    per = f"{max(1, n // gpus)} per GPU process" if gpus else str(n)
-    workers = Check("cores", f"{n} (recommended num_workers: {per})")
+    quota = cgroup_cpu_limit()
+    per = f"{cpus_per_rank(ranks=gpus)} per GPU process" if gpus else str(cpus_per_rank(ranks=1))
+    workers = Check("cores", f"{n}{f' (cgroup quota {quota:g} CPUs)' if quota else ''}; "
+                             f"default num_workers: {per}")
     if gpus and n < 4 * gpus:
         workers.status, workers.hint = "warn", "fewer than 4 cores per GPU: CPU decode will starve it; use DALI"
     checks.append(workers)

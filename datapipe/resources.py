@@ -59,6 +59,7 @@ def local_world_size(environ: Mapping[str, str] | None = None) -> int:
     return 1
 
 
-def cpus_per_rank(environ: Mapping[str, str] | None = None, root: Path = CGROUP) -> int:
-    """This rank's share of the node's CPUs: what worker pools and decode threads default to."""
-    return max(1, available_cpus(root) // local_world_size(environ))
+def cpus_per_rank(environ: Mapping[str, str] | None = None, root: Path = CGROUP, *, ranks: int | None = None) -> int:
+    """This rank's share of the node's CPUs (`ranks` on the node, else local_world_size()): what
+    worker pools and decode threads default to."""
+    return max(1, available_cpus(root) // (ranks or local_world_size(environ)))

@@ -136,3 +136,31 @@ def test_dali_source_survives_pickling_for_spawned_workers(source, tmp_path):
     table.stop(0)
     with pytest.raises(StopIteration):
         source_fn(SimpleNamespace(epoch_idx=0, iteration=2))
+
+
+@pytest.fixture(scope="module")
+def tiny_602(tmp_path_factory):
+    """602 tiny JPEGs in many small shards: the case where DALI's own sharding gave two of four
+    ranks a last batch of zero samples at batch 15."""
+    import numpy as np
+    from PIL import Image
+
+    from converters import ConvertOptions, convert
+
+    root = tmp_path_factory.mktemp("tiny602")
+    rng = np.random.default_rng(0)
+    for i in range(602):
+        folder = root / "images" / f"c{i % 3}"
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)).save(folder / f"{i}.jpg")
+    convert(root / "images", root / "tiny.wds", ConvertOptions(workers=2, progress=False, shard_bytes=64 << 10))
+    return root / "tiny.wds"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_four_ranks_over_602_samples_at_batch_15_get_equal_non_empty_batches(tiny_602, backend):
+    options = dict(batch_size=15, image_size=8, num_workers=1)
+    ranks = [[idx.tolist() for _, _, idx in make_loader(tiny_602, backend=backend, rank=r, world_size=4, **options)]
+             for r in range(4)]
+    assert len({len(batches) for batches in ranks}) == 1 and all(b for batches in ranks for b in batches)
+    assert sorted({i for batches in ranks for b in batches for i in b}) == list(range(602))

@@ -7,13 +7,13 @@ import torch
 from datapipe import make_loader
 from datapipe.backends import choose_backend
 from datapipe.backends.base import IMAGENET_STD
-from tests.conftest import BAD_FILES, IMAGEFOLDER
 
 STD = torch.tensor(IMAGENET_STD).view(3, 1, 1) * 255
 
 
-def eval_views(source, backend, size=64):
-    loader = make_loader(source, backend=backend, batch_size=8, image_size=size, train=False, num_workers=1)
+def eval_views(source, backend, size=64, train=False, epoch=0, **kw):
+    loader = make_loader(source, backend=backend, batch_size=8, image_size=size, train=train, num_workers=1, **kw)
+    loader.set_epoch(epoch)
     return {i: img for images, _, indices in loader for i, img in zip(indices.tolist(), images)}
 
 
@@ -35,6 +35,41 @@ def test_eval_views_of_dataloader_and_dali_agree_per_record(request, name):
         assert pixel_diff(pil[index].flip(-1), dali[index]) > 6, f"control failed for record {index}"
 
 
+@pytest.mark.parametrize("name", ["packed_lmdb", "clean_folder"])
+def test_train_views_of_dataloader_and_dali_agree_per_record_on_every_rank(request, name):
+    """The crop box and flip of a record depend on (seed, epoch, record) alone, in both backends:
+    two DALI ranks draw different augmentations (they read different records) and each record's
+    view equals the dataloader's. Measured: at most ~0.1 levels apart."""
+    source = request.getfixturevalue(name)
+    pil = eval_views(source, "dataloader", train=True, epoch=1)
+    dali = {}
+    for rank in (0, 1):
+        dali.update(eval_views(source, "dali", train=True, epoch=1, rank=rank, world_size=2))
+    assert pil.keys() == dali.keys()
+    for index in pil:
+        assert pixel_diff(pil[index], dali[index]) < 1, f"record {index} differs"
+    other_epoch = eval_views(source, "dali", train=True, epoch=2)
+    assert sorted(pixel_diff(other_epoch[i], dali[i]) for i in dali)[len(dali) // 2] > 5  # control: new crops
+
+
+def test_eval_windows_are_pixel_aligned_when_the_margin_is_odd(tmp_path):
+    """A textured image whose resized margin is odd (here 45 px): the centre window is computed once
+    for both backends, so DALI cannot land a pixel off the dataloader's crop."""
+    import numpy as np
+    from PIL import Image, ImageFilter
+
+    rng = np.random.default_rng(0)
+    for i, (w, h) in enumerate([(100, 150), (150, 100), (99, 131)]):
+        (tmp_path / "t").mkdir(exist_ok=True)
+        noise = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).filter(ImageFilter.GaussianBlur(1.5))
+        noise.save(tmp_path / "t" / f"{i}.jpg", quality=95)
+    pil, dali = eval_views(tmp_path, "dataloader"), eval_views(tmp_path, "dali")
+    for index in pil:
+        assert pixel_diff(pil[index], dali[index]) < 1.5, f"record {index} is shifted"
+        shifted = torch.roll(pil[index], 1, dims=1)
+        assert pixel_diff(shifted, dali[index]) > 2 * pixel_diff(pil[index], dali[index])  # control
+
+
 @pytest.mark.parametrize("backend", ["dataloader", "prefetch", "dali"])
 def test_bf16_channels_last_output(packed_lmdb, backend):
     loader = make_loader(packed_lmdb, backend=backend, batch_size=4, image_size=32, num_workers=1,
@@ -43,21 +78,6 @@ def test_bf16_channels_last_output(packed_lmdb, backend):
     assert images.dtype == torch.bfloat16 and images.shape == (4, 3, 32, 32)
     assert images.is_contiguous(memory_format=torch.channels_last)
     assert -3 < images.float().mean().item() < 3  # normalized, not 0..255
-
-
-def test_bad_samples_in_a_folder_are_skipped_counted_and_named(caplog):
-    loader = make_loader(IMAGEFOLDER, backend="dataloader", batch_size=4, image_size=32, num_workers=1)
-    seen = [i for _, _, idx in loader for i in idx.tolist()]
-    skipped = {b.path: b.reason for b in loader.skipped}
-    assert set(skipped) == set(BAD_FILES) and len(seen) + len(skipped) == 31
-    assert any("truncated.jpg" in r.message for r in caplog.records)
-
-
-def test_on_error_raise_names_the_file():
-    loader = make_loader(IMAGEFOLDER, backend="dataloader", batch_size=31, image_size=32, num_workers=0,
-                         on_error="raise", train=False)
-    with pytest.raises(RuntimeError, match=r"cannot decode record \d+ \(train/"):
-        next(iter(loader))
 
 
 def test_auto_picks_the_cpu_path_and_says_why(packed_lmdb, caplog):
@@ -72,7 +92,7 @@ def test_auto_picks_the_cpu_path_and_says_why(packed_lmdb, caplog):
 
 def test_dali_missing_raises_import_error_naming_the_extra(packed_lmdb, monkeypatch):
     monkeypatch.setitem(sys.modules, "nvidia.dali", None)  # what an environment without DALI looks like
-    with pytest.raises(ImportError, match=r"pip install 'datapipe\[dali\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'datapipe\[dali-cu1[23]\]'"):
         make_loader(packed_lmdb, backend="dali")
 
 

@@ -58,6 +58,36 @@ def test_resume_mid_epoch_matches_an_uninterrupted_run(learnable, tmp_path):
     assert resumed["metrics"][-1]["val_acc"] == whole["metrics"][-1]["val_acc"]
 
 
+def strict_json_lines(path):
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+    return [json.loads(line, parse_constant=refuse) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("backend", ["dataloader", "prefetch", "dali"])
+def test_an_epoch_through_every_backend(learnable, tmp_path, backend):
+    metrics = train(config(learnable, tmp_path, epochs=1, backend=backend))
+    assert metrics[0]["backend"] == backend and metrics[0]["val_acc"] is not None
+    assert strict_json_lines(tmp_path / "metrics.jsonl") == metrics
+    assert metrics[0]["nonfinite_losses"] == 0 and metrics[0]["skipped_records"] == 0
+
+
+def test_a_nonfinite_loss_is_an_error_naming_epoch_and_step_or_is_skipped_and_counted(learnable, tmp_path):
+    from datapipe.train.guard import NonFiniteLoss
+
+    with pytest.raises(NonFiniteLoss, match=r"non-finite training loss \(inf or NaN\) in epoch 0 at step \d+"):
+        train(config(learnable, tmp_path / "raise", epochs=1, lr=1e30, warmup_epochs=0))
+    metrics = train(config(learnable, tmp_path / "skip", epochs=1, lr=1e30, warmup_epochs=0, skip_nonfinite=True))
+    assert metrics[0]["nonfinite_losses"] > 0
+    assert strict_json_lines(tmp_path / "skip" / "metrics.jsonl") == metrics
+
+
+def test_a_lone_last_sample_does_not_reach_batchnorm(learnable, tmp_path):
+    """72 train images at batch 71: the last batch would hold one sample; training drops it."""
+    metrics = train(config(learnable, tmp_path, epochs=1, batch_size=71))
+    assert metrics[0]["steps"] == 1 and metrics[0]["val_acc"] is not None
+
+
 def test_gradient_accumulation_and_profile_trace(learnable, tmp_path):
     metrics = train(config(learnable, tmp_path, epochs=1, accum_steps=2, profile=True))
     assert metrics[0]["steps"] == 3  # 6 batches, 2 per optimizer step
@@ -81,6 +111,30 @@ def test_two_process_gloo_run_through_torchrun_ends_with_identical_weights(learn
     metrics = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == 2 and all(m["world_size"] == 2 for m in metrics)
     assert metrics[-1]["val_acc"] is not None
+
+
+def test_two_rank_dali_run_over_uneven_shards_then_elastic_resume_on_one(packed_wds, tmp_path):
+    """DALI under torchrun (gloo) over shards of 13 and 14 records at batch 13: every rank gets a
+    full batch (none empty, no NaN); stopped after one step, the run resumes on one process."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    common = ["-m", "datapipe", "train", str(packed_wds), "--model", "resnet18", "--epochs", "2", "--batch-size", "13",
+              "--image-size", "32", "--lr", "0.05", "--workers", "1", "--backend", "dali", "--out", str(tmp_path)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(port), *common, "--max-steps", "1"]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    stopped = load(tmp_path / "last.pt")
+    assert stopped["world_size"] == 2 and stopped["loader"]["samples_done"] == 26
+    done = subprocess.run([sys.executable, *common, "--resume", str(tmp_path / "last.pt")], capture_output=True,
+                          text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = strict_json_lines(tmp_path / "metrics.jsonl")
+    assert [m["epoch"] for m in metrics] == [0, 1] and metrics[1]["world_size"] == 1
+    # steps are recounted at the new world size (27 // 13 = 2 per epoch): epoch 0 was done, so 2 + 2
+    assert metrics[1]["steps"] == 4
+    assert all(m["val_acc"] is not None and m["nonfinite_losses"] == 0 for m in metrics)
 
 
 def test_models_match_torchvision_sizes_and_start_blocks_as_identity():

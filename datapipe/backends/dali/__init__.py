@@ -63,6 +63,7 @@ class DaliLoader(Loader):
         settings = ViewSettings(options.image_size, options.train, options.seed, options.on_error == "skip",
                                 dataset.format in UNVALIDATED_FORMATS)
         self.source = PlannedSource(dataset, plan, self.table, settings)
+        self.threads = max(1, options.workers)  # DALI's CPU threads; its source workers get half as many
         self._pipe = None
         self._iterator = None
         self._dali_epoch = -1
@@ -76,7 +77,7 @@ class DaliLoader(Loader):
     def _build(self) -> None:
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
-        threads = max(1, self.options.workers)
+        threads = self.threads
         cuda = self.device.type == "cuda"
         seed = int(np.random.default_rng([self.options.seed, self.shard.rank]).integers(2**31))
         self._pipe = build_pipeline(
