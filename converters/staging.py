@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datapipe.formats.base import write_json_atomic
+from datapipe.formats.base import fsync_file, write_json_atomic
 from datapipe.records import SplitInfo
 
 PROGRESS_NAME = "progress.json"
@@ -48,14 +48,6 @@ def mismatched_arguments(recorded: dict[str, Any], requested: dict[str, Any]) ->
             for k in sorted(set(recorded) | set(requested)) if recorded.get(k) != requested.get(k)]
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
@@ -71,7 +63,7 @@ def publish(payload: Path, staging: Path, dst: Path) -> None:
         remove(old)
         os.replace(dst, old)
     os.replace(payload, dst)
-    _fsync_dir(dst.parent)
+    fsync_file(dst.parent)  # the rename itself made durable
     remove(old)
     leftover = (dst / PROGRESS_NAME) if dst.is_dir() else None
     if leftover is not None and leftover.exists():

@@ -8,6 +8,8 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 
+from .errors import ExpectedError
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 1 << 10, "mi": 1 << 20,
           "gi": 1 << 30, "ti": 1 << 40}
@@ -254,6 +256,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)
-    except (ValueError, FileNotFoundError, ImportError) as exc:
+    except (ValueError, ImportError, ExpectedError) as exc:
         print(f"datapipe {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # permission denied, disk full, a path that is a file: the system's words
+        where = f" ({exc.filename})" if exc.filename else ""
+        kept = ""
+        if args.command == "convert" and staging_exists(args.dst):
+            kept = f"; the finished part is kept: fix this, then `datapipe convert {args.src} {args.dst} --resume`"
+        print(f"datapipe {args.command}: error: {exc.strerror or exc}{where}{kept}", file=sys.stderr)
+        return 1
+
+
+def staging_exists(dst: str) -> bool:
+    from pathlib import Path
+
+    from .formats import staging_path  # imported only on this failure path
+
+    return staging_path(Path(dst)).exists()

@@ -124,6 +124,9 @@ class Manifest:
             body = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{source} is not valid JSON ({exc}); the dataset is damaged, re-convert it") from None
+        if not isinstance(body, dict):
+            raise ValueError(f"{source} holds a JSON {type(body).__name__}, not a manifest object; "
+                             "the dataset is damaged, re-convert it")
         version = body.get("version")
         if version != MANIFEST_VERSION:
             raise ValueError(
@@ -131,8 +134,18 @@ class Manifest:
                 "Re-convert the dataset with this version or install the datapipe that wrote it."
             )
         body.pop("errors", None)
-        body["splits"] = {name: SplitInfo(**info) for name, info in body["splits"].items()}
-        return cls(**body)
+        try:
+            splits = body["splits"]
+            body["splits"] = {str(name): SplitInfo(**info) for name, info in splits.items()}
+            manifest = cls(**body)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{source} is not a complete manifest ({type(exc).__name__}: {exc}); "
+                             "the dataset is damaged, re-convert it") from None
+        if not isinstance(manifest.format, str) or not isinstance(manifest.classes, list) or any(
+                not isinstance(s.samples, int) or s.samples < 0 for s in manifest.splits.values()):
+            raise ValueError(f"{source} has a malformed format, class list or sample count; "
+                             "the dataset is damaged, re-convert it")
+        return manifest
 
     def split(self, name: str) -> SplitInfo:
         """The named split, or a ValueError listing the splits there are."""

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from ..errors import ExpectedError
 from ..formats.base import Dataset
 from ..resources import cpus_per_rank
 from ..sharding import EpochPlan, Shard
@@ -134,7 +135,7 @@ class BadSample(NamedTuple):
     substitute: int = -1
 
 
-class TooManyBadSamples(RuntimeError):
+class TooManyBadSamples(ExpectedError, RuntimeError):
     """More records of an epoch failed than max_bad_fraction allows: the data, not one file, is broken."""
 
 

@@ -114,6 +114,15 @@ class Writer(abc.ABC):
         """Release files without finishing (the staging folder stays for --resume)."""
 
 
+def fsync_file(path: Path) -> None:
+    """Make a written file's data durable (before it is renamed into place)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_json_atomic(path: Path, text: str) -> None:
     """Write text to path so a crash leaves either the old file or the new one, never half of one."""
     tmp = path.with_name(path.name + ".tmp")

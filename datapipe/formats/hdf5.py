@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import h5py
 import numpy as np
 
 from ..records import Manifest, Record, Sample
-from .base import Dataset, PerProcess, Writer
+from .base import Dataset, PerProcess, Writer, fsync_file
 from .spool import Spool
 
 log = logging.getLogger(__name__)
@@ -109,9 +110,13 @@ class Hdf5Writer(Writer):
         self._spool.truncate(state.get("spool_bytes", 0))
 
     def close(self, manifest: Manifest) -> None:
+        """Build the file under a temporary name, make it durable, rename it into place. The spool
+        stays (it is removed with the staging folder once published), so a kill at any moment
+        before that leaves something `--resume` can finish."""
         log.info("building %s from the spooled records", self.payload)
-        self.payload.unlink(missing_ok=True)
-        with h5py.File(self.payload, "w") as f:
+        building = self.payload.with_name(self.payload.name + ".building")
+        building.unlink(missing_ok=True)
+        with h5py.File(building, "w") as f:
             columns = {split: _create_split(f, split, info.samples) for split, info in manifest.splits.items()}
             filled = {split: 0 for split in columns}
             batch: dict[str, list[Record]] = {}
@@ -124,7 +129,8 @@ class Hdf5Writer(Writer):
                 filled[split] = _write_rows(columns[split], filled[split], rows)
             f.attrs[MANIFEST_ATTR] = manifest.to_json()
         self._spool.close()
-        (self.staging / "records.spool").unlink()
+        fsync_file(building)
+        os.replace(building, self.payload)
 
     def abort(self) -> None:
         self._spool.close()

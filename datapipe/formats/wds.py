@@ -119,9 +119,14 @@ class WdsDataset(Dataset):
         parts = self.index.read(self._fds.get(), index)
         data = next(v for k, v in parts.items() if k not in ("cls", "i64", "json"))
         record = record_from_meta(parts["json"], data)
+        shard = self.index.shards[int(self.index.spans[index][0])]
         if parts["cls"] != str(record.label).encode():
-            raise ValueError(f"{self.index.shards[int(self.index.spans[index][0])]}: {record.key}.cls says {parts['cls']!r}, "
-                             f"its .json says {record.label}; the shard is damaged")
+            raise ValueError(f"{shard}: {record.key}.cls says {parts['cls']!r}, its .json says {record.label}; "
+                             "the shard is damaged")
+        stored = np.frombuffer(parts["i64"], dtype="<i8").tolist() if len(parts["i64"]) == 16 else parts["i64"]
+        if stored != [index, record.label]:  # DALI's readers.webdataset takes its labels from here
+            raise ValueError(f"{shard}: {record.key}.i64 says (index, label) = {stored}, the record is "
+                             f"{[index, record.label]}; the shard is damaged")
         return record
 
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..errors import ExpectedError
 
-class NonFiniteLoss(FloatingPointError):
+
+class NonFiniteLoss(ExpectedError, FloatingPointError):
     """Training produced an inf or NaN loss (and --skip-nonfinite was not given)."""
 
 
