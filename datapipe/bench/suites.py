@@ -114,23 +114,25 @@ DRAIN_BATCHES = 2
 
 
 def timed(make_batches: Callable[[int], Iterable[Any]], count: Callable[[Any], int], opts: BenchOptions,
-          device: torch.device, step: bool = True) -> Callable[[int], tuple[float, float]]:
+          device: torch.device, step: bool = True,
+          clock: Callable[[], float] = time.perf_counter) -> Callable[[int], tuple[float, float]]:
     """A run function: warm-up batches, then batches until `seconds` pass or the epoch ends; in
-    the second case the window ends DRAIN_BATCHES batches before the end of the epoch."""
+    the second case the window ends DRAIN_BATCHES batches before the end of the epoch. `clock`
+    is injectable so the window logic is tested without timing anything."""
 
     def run(repeat: int) -> tuple[float, float]:
         batches = iter(make_batches(repeat))
         for _ in range(opts.warmup):
             next(batches, None)
         _cuda_sync(device)
-        started = time.perf_counter()
+        started = clock()
         images, waited = 0, 0.0
         marks = [(0.0, 0, 0.0)]  # (seconds, images, seconds waited) after each batch
         ended = False
         while marks[-1][0] < opts.seconds:
-            asked = time.perf_counter()
+            asked = clock()
             batch = next(batches, None)
-            waited += time.perf_counter() - asked
+            waited += clock() - asked
             if batch is None:
                 ended = True
                 break
@@ -138,7 +140,7 @@ def timed(make_batches: Callable[[int], Iterable[Any]], count: Callable[[Any], i
             if step:
                 _fake_step(opts.simulate_step_ms, device)
             _cuda_sync(device)
-            marks.append((time.perf_counter() - started, images, waited))
+            marks.append((clock() - started, images, waited))
         if ended and len(marks) > DRAIN_BATCHES + 1:
             marks = marks[:-DRAIN_BATCHES]
         elapsed, images, waited = marks[-1]

@@ -27,11 +27,19 @@ def test_prefetch_on_cuda_matches_the_dataloader_backend_exactly(packed_lmdb):
 
 
 def test_prefetched_batches_survive_allocator_reuse(packed_lmdb):
-    """record_stream: a batch kept while later ones arrive must not be overwritten."""
-    loader = make_loader(packed_lmdb, backend="prefetch", batch_size=4, image_size=64, num_workers=2)
-    kept = [(images.clone(), images) for images, _, _ in loader]
+    """record_stream: the step drops its reference to a batch while its kernels still read it (a
+    long GPU sleep queued first); without record_stream the allocator hands that memory to the next
+    batch's copy on the side stream, which overwrites it before the checksum reads it. The
+    checksums, taken late on the current stream, must equal those of the same batches read plainly."""
+    options = dict(batch_size=4, image_size=64, num_workers=2, train=False)
+    expected = [images.double().sum().item() for images, _, _ in make_loader(packed_lmdb, backend="dataloader", **options)]
+    sums = []
+    for images, _, _ in make_loader(packed_lmdb, backend="prefetch", **options):
+        torch.cuda._sleep(50_000_000)  # ~30 ms of GPU time ahead of the read below, on the current stream
+        sums.append(images.double().sum())
+        del images  # the loader's next copy may now reuse this block unless record_stream protects it
     torch.cuda.synchronize()
-    assert all(torch.equal(copy, live) for copy, live in kept)
+    assert [s.item() for s in sums] == pytest.approx(expected, rel=1e-6)
 
 
 @pytest.mark.parametrize("source", ["packed_lmdb", "packed_wds", "clean_folder"])

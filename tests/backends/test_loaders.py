@@ -164,3 +164,22 @@ def test_four_ranks_over_602_samples_at_batch_15_get_equal_non_empty_batches(tin
              for r in range(4)]
     assert len({len(batches) for batches in ranks}) == 1 and all(b for batches in ranks for b in batches)
     assert sorted({i for batches in ranks for b in batches for i in b}) == list(range(602))
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_dali_serves_every_epoch_and_resume_from_one_pipeline(packed_wds, start_method):
+    """The pipeline (and its source workers, which spawn starts anew each time) is built once: full
+    epochs, an abandoned epoch, a repeated one and a resume all come from it, each exactly."""
+    expected = {e: flat(epoch_indices(make_loader(packed_wds, backend="dataloader", **SMALL), e)) for e in (0, 1, 2)}
+    loader = make_loader(packed_wds, backend="dali", start_method=start_method, **SMALL)
+    assert flat(epoch_indices(loader, 0)) == expected[0]
+    pipe = loader._pipe
+    loader.set_epoch(1)
+    next(iter(loader))  # abandoned after one batch
+    assert flat(epoch_indices(loader, 2)) == expected[2]
+    assert flat(epoch_indices(loader, 0)) == expected[0]
+    state = {**loader.state_dict(), "epoch": 1, "samples_done": 10}
+    loader.load_state_dict(state)
+    loader.set_epoch(1)
+    assert [i for _, _, idx in loader for i in idx.tolist()] == expected[1][10:]
+    assert loader._pipe is pipe

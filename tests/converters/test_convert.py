@@ -1,4 +1,5 @@
 """Conversion behaviour: refusal to overwrite, strict mode, determinism, labels CSV, resize, damage."""
+import os
 import shutil
 import subprocess
 import sys
@@ -119,3 +120,35 @@ def test_open_dataset_errors_are_clear(tmp_path):
         open_dataset(tmp_path / "junk.h5")
     with pytest.raises(ValueError, match="cannot tell the format .* --format"):
         convert(IMAGEFOLDER, tmp_path / "out.zip", ConvertOptions(**QUIET))
+
+
+def test_verify_checks_the_i64_member_dali_reads_labels_from(packed_wds, tmp_path):
+    import numpy as np
+
+    from datapipe.formats.wds import parse_idx
+
+    copy = tmp_path / "copy.wds"
+    shutil.copytree(packed_wds, copy)
+    shard = sorted(copy.glob("train-*.tar"))[0]
+    components = {c[0]: c for c in parse_idx(shard.with_suffix(".idx").read_text())[2]}
+    _, offset, size, _ = components["i64"]
+    with open(shard, "r+b") as fh:
+        fh.seek(offset)
+        index, label = np.frombuffer(fh.read(size), dtype="<i8")
+        fh.seek(offset)
+        fh.write(np.array([index, (label + 1) % 3], dtype="<i8").tobytes())
+    report = verify(copy, progress=False)
+    assert not report.ok and f"record {index}" in report.problems[0] and ".i64 says" in report.problems[0]
+
+
+def test_paths_with_braces_and_names_that_are_not_utf8(tmp_path):
+    """A dataset under `run{1}/` opens from a str; a source file whose name is not UTF-8 converts,
+    its name recorded with \\\\x escapes."""
+    src = tmp_path / "src"
+    shutil.copytree(IMAGEFOLDER / "val", src)
+    os.rename(src / "cat" / "cat_000.jpg", os.fsencode(src / "cat") + b"/caf\xe9.jpg")
+    for suffix in (".lmdb", ".h5", ".wds"):
+        dst = tmp_path / "run{1}" / f"out{suffix}"
+        convert(src, dst, ConvertOptions(**QUIET))
+        ds = open_dataset(str(dst))
+        assert len(ds) == 4 and "cat/caf\\xe9.jpg" in {ds.record(i).path for i in range(len(ds))}
