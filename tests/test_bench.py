@@ -91,7 +91,16 @@ def test_doctor_without_cuda(clean_folder):
     assert checks["dali"].value != "not installed"
     assert checks["OMP_NUM_THREADS"].status == "warn" and "oversubscribe" in checks["OMP_NUM_THREADS"].hint
     assert "MB/s" in checks["read_speed"].value and "GB" in checks["disk_free"].value
-    assert "recommended num_workers" in checks["cores"].value
+    assert "default num_workers" in checks["cores"].value and checks["dali_build"].status == "info"
+
+
+def test_doctor_names_the_dali_build_that_matches_torch():
+    from datapipe.doctor import dali_build_check
+
+    assert dali_build_check(["nvidia-dali-cuda130"], "13.0").status == "ok"
+    wrong = dali_build_check(["nvidia-dali-cuda120"], "13.0")
+    assert wrong.status == "warn" and "datapipe[dali-cu13]" in wrong.hint
+    assert "datapipe[dali-cu12]" in dali_build_check(["nvidia-dali-cuda130"], "12.8").hint
     assert checks["jpeg_region_decoder"].value == ("in use" if region_decoder_available() else "not in use")
 
 
