@@ -92,6 +92,7 @@ def test_doctor_without_cuda(clean_folder):
     assert checks["OMP_NUM_THREADS"].status == "warn" and "oversubscribe" in checks["OMP_NUM_THREADS"].hint
     assert "MB/s" in checks["read_speed"].value and "GB" in checks["disk_free"].value
     assert "default num_workers" in checks["cores"].value and checks["dali_build"].status == "info"
+    assert checks["jpeg_region_decoder"].value == ("in use" if region_decoder_available() else "not in use")
 
 
 def test_doctor_names_the_dali_build_that_matches_torch():
@@ -101,7 +102,6 @@ def test_doctor_names_the_dali_build_that_matches_torch():
     wrong = dali_build_check(["nvidia-dali-cuda120"], "13.0")
     assert wrong.status == "warn" and "datapipe[dali-cu13]" in wrong.hint
     assert "datapipe[dali-cu12]" in dali_build_check(["nvidia-dali-cuda130"], "12.8").hint
-    assert checks["jpeg_region_decoder"].value == ("in use" if region_decoder_available() else "not in use")
 
 
 def test_doctor_names_a_missing_data_path(tmp_path):
