@@ -46,7 +46,7 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     from datapipe.bench.suites import BenchOptions, timed
 
     loader = make_loader(args.data, backend=args.backend, batch_size=args.batch_size,
-                         image_size=args.image_size, num_workers=args.workers)
+                         image_size=args.image_size, num_workers=args.workers, max_bad_fraction=1.0)
 
     def epoch_batches(epoch: int):
         loader.set_epoch(epoch)
