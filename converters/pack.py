@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import torch
@@ -158,6 +158,29 @@ def substitutes(index: int, size: int, *, seed: int, epoch: int) -> Iterator[int
         candidate = int(rng.integers(size))
         if candidate != index:
             yield candidate
+
+
+T = TypeVar("T")
+
+
+def serve_or_substitute(prepare: Callable[[int], T], dataset: Dataset, index: int, *, seed: int, epoch: int,
+                        skip: bool) -> tuple[T, int, BadSample | None]:
+    """The on_error policy for one record, shared by every backend: (prepare(index), index, None);
+    or, when it fails, raise naming the record (skip=False) or serve a substitute and say so."""
+    try:
+        return prepare(index), index, None
+    except Exception as exc:  # stores and decoders raise many types for bad records; which record is what matters
+        path = record_path(dataset, index)
+        if not skip:
+            raise RuntimeError(f"cannot read or decode record {index} ({path}): {type(exc).__name__}: {exc}") from exc
+        reason = f"{type(exc).__name__}: {exc}"
+    for other in substitutes(index, len(dataset), seed=seed, epoch=epoch):
+        try:
+            return prepare(other), other, BadSample(index, path, reason, other)
+        except Exception:
+            continue
+    raise RuntimeError(f"record {index} ({path}) is bad ({reason}) and so were the records tried in its place: "
+                       "the dataset looks broken; run `datapipe verify` on it")
 
 
 class Loader(abc.ABC):

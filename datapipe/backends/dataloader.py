@@ -10,7 +10,7 @@ import torch
 from ..formats.base import Dataset
 from ..sharding import EpochPlan
 from ..transforms import decode_view, sample_rng
-from .base import BadSample, Batch, Loader, LoaderOptions, Normalizer, record_path, substitutes
+from .base import BadSample, Batch, Loader, LoaderOptions, Normalizer, serve_or_substitute
 
 log = logging.getLogger(__name__)
 Decoded = tuple[torch.Tensor, int, int, BadSample | None]
@@ -25,7 +25,7 @@ class DecodedRecords(torch.utils.data.Dataset):
     def __init__(self, dataset: Dataset, options: LoaderOptions) -> None:
         self.dataset = dataset
         self.size, self.train, self.seed = options.image_size, options.train, options.seed
-        self.raise_errors = options.on_error == "raise"
+        self.skip = options.on_error == "skip"
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -37,20 +37,9 @@ class DecodedRecords(torch.utils.data.Dataset):
 
     def __getitem__(self, item: tuple[int, int]) -> Decoded:
         epoch, index = item
-        try:
-            return (*self._decode(epoch, index), index, None)
-        except Exception as exc:  # a store or PIL raises many types for bad records; which record is what matters
-            path = record_path(self.dataset, index)
-            if self.raise_errors:
-                raise RuntimeError(f"cannot read or decode record {index} ({path}): {exc}") from exc
-            reason = f"{type(exc).__name__}: {exc}"
-        for other in substitutes(index, len(self.dataset), seed=self.seed, epoch=epoch):
-            try:
-                return (*self._decode(epoch, other), other, BadSample(index, path, reason, other))
-            except Exception:
-                continue
-        raise RuntimeError(f"record {index} ({path}) is bad ({reason}) and so were the records tried in its place: "
-                           "the dataset looks broken; run `datapipe verify` on it")
+        (pixels, label), served, bad = serve_or_substitute(
+            lambda i: self._decode(epoch, i), self.dataset, index, seed=self.seed, epoch=epoch, skip=self.skip)
+        return pixels, label, served, bad
 
 
 def collate(items: list[Decoded]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[BadSample]]:

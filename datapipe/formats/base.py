@@ -36,6 +36,7 @@ class Dataset(abc.ABC):
     """One split of a dataset: `len(ds)`, `ds[i] -> Sample`, `ds.record(i) -> Record`, `ds.classes`."""
 
     format: str = ""
+    validated = True  # every record passed `datapipe convert`'s checks (False: a folder, other tools' shards)
 
     def __init__(self, path: Path, *, split: str, classes: list[str], size: int) -> None:
         self.path = Path(path)

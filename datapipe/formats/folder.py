@@ -14,6 +14,7 @@ class FolderDataset(Dataset):
     """One split of `root/class/*` or `root/split/class/*`; records are not checksummed."""
 
     format = NAME
+    validated = False
 
     def __init__(self, path: Path, split: str = "train") -> None:
         layout = scan_folder(path, split=split)

@@ -172,6 +172,7 @@ class ForeignShardsDataset(Dataset):
     """
 
     format = "wds-shards"
+    validated = False
     IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")
 
     def __init__(self, pattern: str) -> None:

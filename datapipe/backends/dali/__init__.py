@@ -27,7 +27,6 @@ from .graph import build_pipeline
 from .source import EpochTable, PlannedSource, ViewSettings
 
 log = logging.getLogger(__name__)
-UNVALIDATED_FORMATS = ("folder", "wds-shards")  # not checked by `datapipe convert`
 
 
 def pip_hint() -> str:
@@ -61,7 +60,7 @@ class DaliLoader(Loader):
         self._finalizer = weakref.finalize(self, shutil.rmtree, folder, True)
         self.table = EpochTable.create(folder)
         settings = ViewSettings(options.image_size, options.train, options.seed, options.on_error == "skip",
-                                dataset.format in UNVALIDATED_FORMATS)
+                                not dataset.validated)
         self.source = PlannedSource(dataset, plan, self.table, settings)
         self.threads = max(1, options.workers)  # DALI's CPU threads; its source workers get half as many
         self._pipe = None

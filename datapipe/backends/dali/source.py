@@ -19,7 +19,7 @@ from ...decode import BadImageError, image_ext, jpeg_scan_start
 from ...formats.base import Dataset
 from ...sharding import EpochPlan
 from ...transforms import sample_rng, view_geometry
-from ..base import record_path, substitutes
+from ..base import serve_or_substitute
 
 RING = 16  # rows of the table; only the DALI epoch being drained and the next one are ever live
 NO_LIMIT = np.iinfo(np.int64).max
@@ -78,7 +78,7 @@ class ViewSettings:
     train: bool
     seed: int
     skip_errors: bool
-    check_files: bool  # the source was not validated by `datapipe convert` (a folder, other tools' shards)
+    check_files: bool  # the source was not validated by `datapipe convert` (Dataset.validated)
 
 
 Prepared = tuple[np.ndarray, int, np.ndarray]  # encoded bytes, label, geometry row
@@ -119,22 +119,6 @@ class PlannedSource:
             return f"{type(exc).__name__}: {exc}"
         return None
 
-    def _prepare_or_substitute(self, epoch: int, index: int) -> tuple[Prepared, int, int]:
-        """(prepared sample, index served, index replaced or -1)."""
-        try:
-            return self.prepare(epoch, index), index, -1
-        except Exception as exc:
-            if not self.settings.skip_errors:
-                raise RuntimeError(f"cannot read or decode record {index} ({record_path(self.dataset, index)}): "
-                                   f"{type(exc).__name__}: {exc}") from exc
-        for other in substitutes(index, len(self.dataset), seed=self.settings.seed, epoch=epoch):
-            try:
-                return self.prepare(epoch, other), other, index
-            except Exception:
-                continue
-        raise RuntimeError(f"record {index} is bad and so were the records tried in its place: the dataset "
-                           "looks broken; run `datapipe verify` on it")
-
     def __call__(self, batch_info) -> tuple[list[np.ndarray], ...]:
         epoch, offset, limit = self.table.read(batch_info.epoch_idx)
         batches = self._batches(epoch, offset)
@@ -142,9 +126,11 @@ class PlannedSource:
             raise StopIteration
         columns: tuple[list[np.ndarray], ...] = tuple([] for _ in range(OUTPUTS))
         for index in batches[batch_info.iteration]:
-            (data, label, g), served, replaced = self._prepare_or_substitute(epoch, int(index))
+            (data, label, g), served, bad = serve_or_substitute(
+                lambda i: self.prepare(epoch, i), self.dataset, int(index), seed=self.settings.seed, epoch=epoch,
+                skip=self.settings.skip_errors)
             values = (data, np.array(label, np.int64), np.array(served, np.int64), g[0:2], g[2:4], g[4:6], g[6:8],
-                      np.array(g[8], np.int32), np.array(replaced, np.int64))
+                      np.array(g[8], np.int32), np.array(-1 if bad is None else bad.index, np.int64))
             for column, value in zip(columns, values):
                 column.append(value)
         return columns
