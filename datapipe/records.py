@@ -89,6 +89,7 @@ class SplitInfo:
     digest: str = CHAIN_START
     skipped: list[dict[str, str]] = field(default_factory=list)
     shards: list[dict[str, Any]] = field(default_factory=list)
+    index: dict[str, Any] = field(default_factory=dict)  # a sharded format's index file: name, bytes, sha256
 
     def add(self, record: Record) -> None:
         """Count one stored record and extend the chain."""

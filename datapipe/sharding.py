@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -88,6 +89,28 @@ class EpochPlan:
         """The global position after every rank read `batches` more batches from `offset`."""
         return min(self.size, offset + batches * self.batch_size * self.shard.world_size)
 
+    start = 0  # the position an epoch starts from
+
+    def encode(self, offset: int) -> int:
+        return int(offset)
+
+    def decode(self, value: Any) -> int:
+        return min(int(value), self.size)
+
+    def save(self, offset: int) -> dict[str, Any]:
+        """The position's part of a loader's state_dict."""
+        return {"samples_done": int(offset)}
+
+    def restore(self, state: dict[str, Any]) -> int:
+        """The position a state_dict saved (states from before positions were global count batches)."""
+        if "shard_position" in state:
+            raise ValueError("cannot resume: the state was saved with sampling='shards', this loader samples "
+                             "globally; resume with sampling='shards'")
+        done = state.get("samples_done")
+        if done is None:
+            done = int(state["batches_done"]) * int(state["batch_size"]) * int(state["world_size"])
+        return self.decode(done)
+
     @property
     def real_samples(self) -> int:
         """How many of this rank's samples are not padding (they come first in its order)."""
@@ -116,3 +139,153 @@ class EpochPlan:
         """This rank's batches for `epoch` from global position `offset` on."""
         mine = self.rank_indices(epoch, offset)
         return [mine[i:i + self.batch_size] for i in range(0, len(mine), self.batch_size)]
+
+
+Segment = tuple[int, int]  # (world size, samples each rank consumed at that world size)
+
+
+def shardwise_order(sizes: np.ndarray, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """All record indices, shard by shard: shards in a seeded permutation, records shuffled within
+    each shard (records of shard k are numbered contiguously, as in the dataset)."""
+    if not shuffle:
+        return np.arange(int(sizes.sum()), dtype=np.int64)
+    rng = np.random.default_rng([seed, epoch, 1])
+    shard_rank = np.empty(len(sizes), np.int64)
+    shard_rank[rng.permutation(len(sizes))] = np.arange(len(sizes))
+    owner = np.repeat(shard_rank, sizes)
+    return np.lexsort((rng.random(len(owner)), owner)).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """Shard-wise sampling for streamed data: each rank reads a contiguous piece of the epoch's
+    shard-by-shard order, so it touches about shards/world shards (plus two it shares at its piece's
+    ends) instead of every shard, and a node downloads only what its ranks read.
+
+    A position is the list of (world size, samples each rank consumed) segments of the epoch so far:
+    the remainder is rebuilt by replaying them, then dealt to the current ranks in equal contiguous
+    pieces (padded from the start of the epoch's order, or trimmed with drop_last). Same world size:
+    the exact continuation; another one: every remaining sample exactly once.
+    """
+
+    shard_sizes: tuple[int, ...]
+    batch_size: int
+    shard: Shard = Shard()
+    seed: int = 0
+    shuffle: bool = True
+    drop_last: bool = False
+
+    start = ()
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.size < 1:
+            raise ValueError("the dataset is empty: nothing to load")
+        if self.drop_last and self.samples_per_rank() < self.batch_size:
+            raise ValueError(f"drop_last with batch_size {self.batch_size} leaves no batch: each of the "
+                             f"{self.shard.world_size} ranks gets {self.samples_per_rank()} samples")
+
+    @property
+    def size(self) -> int:
+        return int(sum(self.shard_sizes))
+
+    def _piece(self, remaining: int, world: int) -> int:
+        return remaining // world if self.drop_last else math.ceil(remaining / world)
+
+    def _after(self, remaining: int, world: int, consumed: int) -> int:
+        """How many real samples remain after each of `world` ranks consumed `consumed` of its piece."""
+        piece = self._piece(remaining, world)
+        left = remaining - world * piece if self.drop_last else 0
+        for r in range(world):
+            real = max(0, min((r + 1) * piece, remaining) - r * piece)
+            left += real - min(consumed, real)
+        return left
+
+    def _split(self, position: tuple[Segment, ...]) -> tuple[tuple[Segment, ...], int]:
+        """(segments to replay, samples of the current pieces already consumed)."""
+        if position and position[-1][0] == self.shard.world_size:
+            return position[:-1], position[-1][1]
+        return position, 0
+
+    def _remaining(self, segments: tuple[Segment, ...]) -> int:
+        remaining = self.size
+        for world, consumed in segments:
+            remaining = self._after(remaining, world, consumed)
+        return remaining
+
+    def samples_per_rank(self, position: tuple[Segment, ...] = ()) -> int:
+        segments, consumed = self._split(tuple(position))
+        return max(0, self._piece(self._remaining(segments), self.shard.world_size) - consumed)
+
+    def num_batches(self, position: tuple[Segment, ...] = ()) -> int:
+        segments, consumed = self._split(tuple(position))
+        piece = self._piece(self._remaining(segments), self.shard.world_size)
+        if self.drop_last:
+            return max(0, piece // self.batch_size - consumed // self.batch_size)
+        return max(0, math.ceil(piece / self.batch_size) - math.ceil(consumed / self.batch_size))
+
+    def offset_after(self, position: tuple[Segment, ...], batches: int) -> tuple[Segment, ...]:
+        segments, consumed = self._split(tuple(position))
+        piece = self._piece(self._remaining(segments), self.shard.world_size)
+        return segments + ((self.shard.world_size, min(piece, consumed + batches * self.batch_size)),)
+
+    def encode(self, position: tuple[Segment, ...]) -> list[list[int]]:
+        return [[int(w), int(c)] for w, c in position]
+
+    def decode(self, value: Any) -> tuple[Segment, ...]:
+        return tuple((int(w), int(c)) for w, c in value)
+
+    def save(self, position: tuple[Segment, ...]) -> dict[str, Any]:
+        """The position's part of a loader's state_dict (samples_done, padding included, for reports)."""
+        return {"shard_position": self.encode(position),
+                "samples_done": sum(world * consumed for world, consumed in position)}
+
+    def restore(self, state: dict[str, Any]) -> tuple[Segment, ...]:
+        if "shard_position" not in state:
+            if not state.get("samples_done") and not state.get("batches_done"):
+                return ()
+            raise ValueError("cannot resume: the state was saved with global sampling, this loader samples "
+                             "shard-wise; resume with sampling='global'")
+        return self.decode(state["shard_position"])
+
+    @property
+    def real_samples(self) -> int:
+        if self.drop_last:
+            return len(self) * self.batch_size
+        piece = self._piece(self.size, self.shard.world_size)
+        return max(0, min(piece, self.size - self.shard.rank * piece))
+
+    def __len__(self) -> int:
+        return self.num_batches(())
+
+    def _deal(self, order: np.ndarray, rest: np.ndarray, world: int) -> tuple[int, np.ndarray]:
+        """(piece size, the rest padded from the start of the epoch's order to world x piece)."""
+        piece = self._piece(len(rest), world)
+        total = world * piece
+        if total > len(rest):
+            rest = np.concatenate([rest, np.resize(order, total - len(rest))])
+        return piece, rest
+
+    def rank_indices(self, epoch: int, position: tuple[Segment, ...] = ()) -> np.ndarray:
+        sizes = np.asarray(self.shard_sizes, dtype=np.int64)
+        order = shardwise_order(sizes, seed=self.seed, epoch=epoch, shuffle=self.shuffle)
+        segments, consumed = self._split(tuple(position))
+        rest = order
+        for world, used in segments:
+            real = len(rest)
+            piece, padded_rest = self._deal(order, rest, world)
+            tails = [padded_rest[r * piece + min(used, piece): min((r + 1) * piece, real)] for r in range(world)]
+            extra = [rest[world * piece:]] if self.drop_last else []
+            rest = np.concatenate(tails + extra) if tails else rest[:0]
+        piece, padded_rest = self._deal(order, rest, self.shard.world_size)
+        mine = padded_rest[self.shard.rank * piece: (self.shard.rank + 1) * piece][consumed:]
+        return mine[: self.num_batches(position) * self.batch_size] if self.drop_last else mine
+
+    def batches(self, epoch: int, position: tuple[Segment, ...] = ()) -> list[np.ndarray]:
+        mine = self.rank_indices(epoch, position)
+        return [mine[i:i + self.batch_size] for i in range(0, len(mine), self.batch_size)]
+
+    def shard_of(self, indices: np.ndarray) -> np.ndarray:
+        first = np.concatenate([[0], np.cumsum(self.shard_sizes)])
+        return np.searchsorted(first, indices, side="right") - 1

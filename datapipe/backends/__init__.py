@@ -10,8 +10,10 @@ import torch
 
 from ..formats import open_dataset
 from ..formats.base import Dataset
-from ..sharding import EpochPlan, resolve_shard
+from ..resources import local_world_size
+from ..sharding import EpochPlan, Shard, ShardPlan, resolve_shard
 from .base import Batch, Loader, LoaderOptions
+from .dataloader import READ_AHEAD_SHARDS
 
 log = logging.getLogger("datapipe")
 BACKENDS = ("auto", "dataloader", "prefetch", "dali")
@@ -45,6 +47,30 @@ def _loader_class(name: str) -> type[Loader]:
     return DataLoaderLoader
 
 
+def make_plan(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochPlan | ShardPlan:
+    """The global permutation, or shard-wise sampling (the default for remote datasets, on request for
+    local shards); a remote dataset's cache must hold what its ranks read at once."""
+    sampling = options.sampling
+    if sampling == "auto":
+        sampling = "shards" if dataset.location.remote else "global"
+    if sampling == "global":
+        return EpochPlan(len(dataset), options.batch_size, shard, options.seed, shuffle=options.train,
+                         drop_last=options.drop_last)
+    sizes = getattr(dataset, "shard_sizes", None)
+    if sizes is None:
+        raise ValueError(f"sampling='shards' needs a sharded dataset (.wds or shard files); {dataset} is "
+                         f"{dataset.format!r}: use sampling='global'")
+    if dataset.location.remote:
+        cache = dataset.location.cache
+        biggest = max(s["bytes"] for s in dataset.shard_entries())
+        ranks = local_world_size() or 1
+        cache.require(ranks * (READ_AHEAD_SHARDS + 2) * biggest,
+                      f"{ranks} rank(s) on this node, each reading a shard, its neighbour and {READ_AHEAD_SHARDS} "
+                      f"ahead, of up to {biggest:,} bytes,")
+    return ShardPlan(tuple(int(n) for n in sizes()), options.batch_size, shard, options.seed, shuffle=options.train,
+                     drop_last=options.drop_last)
+
+
 def make_loader(source: str | Path | Dataset, *, split: str = "train", backend: str = "auto",
                 rank: int | None = None, world_size: int | None = None,
                 options: LoaderOptions | None = None, **overrides: Any) -> Loader:
@@ -56,9 +82,9 @@ def make_loader(source: str | Path | Dataset, *, split: str = "train", backend: 
     default to torch.distributed's when it is initialized. Call set_epoch(e) before each epoch.
     """
     options = LoaderOptions(**{**(options.__dict__ if options else {}), **overrides})
-    dataset = source if isinstance(source, Dataset) else open_dataset(source, split)
-    plan = EpochPlan(len(dataset), options.batch_size, resolve_shard(rank, world_size), options.seed,
-                     shuffle=options.train, drop_last=options.drop_last)
+    dataset = source if isinstance(source, Dataset) else open_dataset(
+        source, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit)
+    plan = make_plan(dataset, options, resolve_shard(rank, world_size))
     name, reason = choose_backend(backend, options.torch_device)
     loader = _loader_class(name)(dataset, plan, options, reason=reason)
     log.info("datapipe: %s backend (%s) over %s", name, reason, dataset)

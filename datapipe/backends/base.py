@@ -13,13 +13,14 @@ import torch
 from ..errors import ExpectedError
 from ..formats.base import Dataset
 from ..resources import cpus_per_rank
-from ..sharding import EpochPlan, Shard
+from ..sharding import EpochPlan, Shard, ShardPlan
 
 log = logging.getLogger(__name__)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 ON_ERROR = ("skip", "raise")
 START_METHODS = ("fork", "spawn", "forkserver")
+SAMPLING = ("auto", "global", "shards")  # auto: shard-wise for remote datasets, a global permutation otherwise
 
 
 class Batch(NamedTuple):
@@ -50,8 +51,15 @@ class LoaderOptions:
     max_bad_fraction: float = 0.01
     persistent_workers: bool = True
     start_method: str | None = None
+    sampling: str = "auto"
+    cache_dir: str | None = None
+    cache_limit: int | None = None
 
     def __post_init__(self) -> None:
+        if self.sampling not in SAMPLING:
+            raise ValueError(f"sampling must be one of {SAMPLING}, got {self.sampling!r}")
+        if self.cache_limit is not None and self.cache_limit <= 0:
+            raise ValueError(f"cache_limit must be a positive number of bytes, got {self.cache_limit}")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.image_size < 8:
@@ -193,13 +201,13 @@ class Loader(abc.ABC):
 
     backend: str = ""
 
-    def __init__(self, dataset: Dataset, plan: EpochPlan, options: LoaderOptions, *, reason: str = "") -> None:
+    def __init__(self, dataset: Dataset, plan: EpochPlan | ShardPlan, options: LoaderOptions, *, reason: str = "") -> None:
         self.dataset = dataset
         self.plan = plan
         self.options = options
         self.reason = reason
         self.epoch = 0
-        self._offset = 0  # global position where the current (or next) iteration starts
+        self._offset: Any = plan.start  # position where the current (or next) iteration starts
         self._served = 0  # batches handed out since _offset
         self._iterated = False  # an iteration began since the last set_epoch / load_state_dict
         self.skipped: list[BadSample] = []
@@ -218,8 +226,9 @@ class Loader(abc.ABC):
         return self.plan.real_samples
 
     @property
-    def position(self) -> int:
-        """Samples of this epoch's order consumed by all ranks together (the elastic resume point)."""
+    def position(self) -> Any:
+        """Where this epoch stands, for every rank together: the global plan counts the samples of the
+        epoch's order consumed; the shard-wise plan lists (world size, samples per rank) segments."""
         return self.plan.offset_after(self._offset, self._served)
 
     @property
@@ -233,10 +242,10 @@ class Loader(abc.ABC):
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
         if epoch != self.epoch or self._iterated:
-            self.epoch, self._offset, self._served, self._iterated = epoch, 0, 0, False
+            self.epoch, self._offset, self._served, self._iterated = epoch, self.plan.start, 0, False
 
     def state_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "epoch": self.epoch, "samples_done": self.position,
+        return {"backend": self.backend, "epoch": self.epoch, **self.plan.save(self.position),
                 "batches_done": self.batches_done, "seed": self.options.seed, "size": self.plan.size,
                 "shuffle": self.plan.shuffle, "batch_size": self.plan.batch_size, "rank": self.shard.rank,
                 "world_size": self.shard.world_size, "skipped": len(self.skipped)}
@@ -249,16 +258,13 @@ class Loader(abc.ABC):
             if key in state and state[key] != mine[key]:
                 raise ValueError(f"cannot resume: the state was saved with {key}={state[key]!r}, "
                                  f"this loader has {key}={mine[key]!r}")
-        done = state.get("samples_done")
-        if done is None:  # a state written before positions were global
-            done = int(state["batches_done"]) * int(state["batch_size"]) * int(state["world_size"])
-        self.epoch, self._offset, self._served, self._iterated = int(state["epoch"]), min(int(done), self.plan.size), 0, False
+        self.epoch, self._offset, self._served, self._iterated = int(state["epoch"]), self.plan.restore(state), 0, False
 
     def __iter__(self) -> Iterator[Batch]:
         if self._iterated:  # iterating again without set_epoch: the epoch from its start
-            self._offset, self._served = 0, 0
+            self._offset, self._served = self.plan.start, 0
         self._offset, self._served, self._iterated = self.position, 0, True
-        self._epoch_bad = 0 if self._offset == 0 else self._epoch_bad
+        self._epoch_bad = 0 if self._offset == self.plan.start else self._epoch_bad
         for batch in self._iterate(self.epoch, self._offset):
             self._served += 1
             yield batch

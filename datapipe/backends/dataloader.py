@@ -8,12 +8,13 @@ import numpy as np
 import torch
 
 from ..formats.base import Dataset
-from ..sharding import EpochPlan
+from ..sharding import EpochPlan, ShardPlan
 from ..transforms import decode_view, sample_rng
 from .base import BadSample, Batch, Loader, LoaderOptions, Normalizer, serve_or_substitute
 
 log = logging.getLogger(__name__)
 Decoded = tuple[torch.Tensor, int, int, BadSample | None]
+READ_AHEAD_SHARDS = 2  # shards fetched ahead of the one being read (remote datasets)
 
 
 class DecodedRecords(torch.utils.data.Dataset):
@@ -35,8 +36,10 @@ class DecodedRecords(torch.utils.data.Dataset):
         pixels = decode_view(sample.data, self.size, train=self.train, rng=sample_rng(self.seed, epoch, index))
         return pixels, sample.label
 
-    def __getitem__(self, item: tuple[int, int]) -> Decoded:
-        epoch, index = item
+    def __getitem__(self, item: tuple[int, int, tuple[int, ...] | None]) -> Decoded:
+        epoch, index, ahead = item
+        if ahead:
+            self.dataset.read_ahead(list(ahead))
         (pixels, label), served, bad = serve_or_substitute(
             lambda i: self._decode(epoch, i), self.dataset, index, seed=self.seed, epoch=epoch, skip=self.skip)
         return pixels, label, served, bad
@@ -57,17 +60,38 @@ def collate(items: list[Decoded]) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
 
 
 class EpochBatches:
-    """The batch sampler: lists of (epoch, index) for the configured epoch, from a global position on."""
+    """The batch sampler: lists of (epoch, index, shards to read ahead) for the configured epoch, from
+    a position on. A remote dataset read shard-wise gets, with each batch's first sample, the next
+    shards this rank will read, so the worker that reads it starts fetching them."""
 
-    def __init__(self, plan: EpochPlan) -> None:
-        self.plan, self.epoch, self.offset = plan, 0, 0
+    def __init__(self, plan: EpochPlan | ShardPlan, *, read_ahead: int = 0) -> None:
+        self.plan, self.epoch, self.offset = plan, 0, plan.start
+        self.read_ahead = read_ahead if isinstance(plan, ShardPlan) else 0
 
     def __len__(self) -> int:
         return self.plan.num_batches(self.offset)
 
-    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        for batch in self.plan.batches(self.epoch, self.offset):
-            yield [(self.epoch, int(i)) for i in batch]
+    def __iter__(self) -> Iterator[list[tuple[int, int, tuple[int, ...] | None]]]:
+        batches = self.plan.batches(self.epoch, self.offset)
+        hints = shards_ahead(self.plan, batches, self.read_ahead) if self.read_ahead else [None] * len(batches)
+        for batch, hint in zip(batches, hints):
+            yield [(self.epoch, int(i), hint if k == 0 else None) for k, i in enumerate(batch)]
+
+
+def shards_ahead(plan: ShardPlan, batches: list[np.ndarray], count: int) -> list[tuple[int, ...]]:
+    """Per batch: its own shards and the next `count` shards after it in this rank's order."""
+    if not batches:
+        return []
+    shards = plan.shard_of(np.concatenate(batches))
+    starts = np.flatnonzero(np.r_[True, shards[1:] != shards[:-1]])  # where each run of one shard begins
+    hints, begin = [], 0
+    for batch in batches:
+        end = begin + len(batch)
+        first = int(np.searchsorted(starts, begin, side="right")) - 1
+        last = int(np.searchsorted(starts, end, side="left"))
+        hints.append(tuple(int(shards[starts[k]]) for k in range(first, min(last + count, len(starts)))))
+        begin = end
+    return hints
 
 
 def _seed_worker(worker_id: int) -> None:
@@ -80,12 +104,12 @@ class DataLoaderLoader(Loader):
 
     backend = "dataloader"
 
-    def __init__(self, dataset: Dataset, plan: EpochPlan, options: LoaderOptions, *, reason: str = "") -> None:
+    def __init__(self, dataset: Dataset, plan: EpochPlan | ShardPlan, options: LoaderOptions, *, reason: str = "") -> None:
         super().__init__(dataset, plan, options, reason=reason)
         self.device = options.torch_device
         pin = options.pin_memory if options.pin_memory is not None else self.device.type == "cuda"
         workers = options.workers
-        self.sampler = EpochBatches(plan)
+        self.sampler = EpochBatches(plan, read_ahead=READ_AHEAD_SHARDS if dataset.location.remote else 0)
         self.loader = torch.utils.data.DataLoader(
             DecodedRecords(dataset, options), batch_sampler=self.sampler, collate_fn=collate,
             num_workers=workers, pin_memory=pin, worker_init_fn=_seed_worker,

@@ -6,9 +6,11 @@ from pathlib import Path
 from typing import Callable
 
 from ..records import MANIFEST_NAME, Manifest, SplitNotFound
+from ..storage import RemoteLocation, RemoteStore, ShardCache, StoreNotFound, is_url
 from . import hdf5, lmdb, wds
 from .base import Dataset, Writer
 from .folder import FolderDataset
+from .wds_foreign import ForeignShardsDataset
 
 PARTIAL_SUFFIX = ".partial"
 
@@ -62,8 +64,20 @@ def _interrupted(path: Path, staging: Path) -> ValueError:
         f"Run `datapipe convert SRC {path} --resume` to finish it, or --overwrite to start over.")
 
 
+def read_remote_manifest(store: RemoteStore) -> Manifest:
+    """The manifest of a dataset in an object store (written last: no manifest, no finished dataset)."""
+    try:
+        text = store.read(MANIFEST_NAME)
+    except StoreNotFound:
+        raise StoreNotFound(f"{store.describe(MANIFEST_NAME)} does not exist: {store.describe()} is not a datapipe "
+                            "dataset, or its conversion did not finish (`datapipe convert SRC URL --resume`)") from None
+    return Manifest.from_json(text.decode("utf-8"), source=store.describe(MANIFEST_NAME))
+
+
 def read_manifest(path: str | Path) -> Manifest | None:
     """The manifest of a packed dataset, None for anything else (such as a plain image folder)."""
+    if is_url(path):
+        return read_remote_manifest(RemoteStore(str(path)))
     path = Path(path)
     for spec in FORMATS.values():
         manifest = spec.read_manifest(path)
@@ -72,14 +86,30 @@ def read_manifest(path: str | Path) -> Manifest | None:
     return None
 
 
-def open_dataset(path: str | Path, split: str = "train") -> Dataset:
+def open_remote(url: str, split: str, *, cache_dir: Path | None, cache_limit: int | None) -> Dataset:
+    """A `.wds` dataset in an object store, read through the node's shard cache."""
+    store = RemoteStore(url)
+    manifest = read_remote_manifest(store)
+    if manifest.format != wds.NAME:
+        raise ValueError(f"{store.describe()} is a {manifest.format} dataset: only .wds datasets stream from object "
+                         "storage. Download it to a local disk, or convert the images to .wds")
+    cache = ShardCache(store, cache_dir, cache_limit)
+    return wds.WdsDataset(url.rstrip("/"), manifest, split, location=RemoteLocation(store, cache))
+
+
+def open_dataset(path: str | Path, split: str = "train", *, cache_dir: str | Path | None = None,
+                 cache_limit: int | None = None) -> Dataset:
     """Open one split of a packed dataset (LMDB, HDF5, WebDataset), of a plain image folder, or
-    WebDataset shards written by other tools (`shards/train-{000000..000009}.tar`)."""
+    WebDataset shards written by other tools (`shards/train-{000000..000009}.tar`). A `.wds` dataset
+    may also be a URL (s3://, gs://, az://, http(s)://): its shards are fetched whole into `cache_dir`
+    (default ~/.cache/datapipe/shards), kept under `cache_limit` bytes, least recently used first."""
+    if is_url(path):
+        return open_remote(str(path), split, cache_dir=Path(cache_dir) if cache_dir else None, cache_limit=cache_limit)
     if isinstance(path, str) and (path.endswith(".tar") or ("{" in path and not Path(path).exists())):
         if split != "train":
             raise SplitNotFound(f"split {split!r} not in {path}: a shard pattern is one split (read as 'train'); "
                                 "open the other split's shards by their own pattern")
-        return wds.ForeignShardsDataset(path)
+        return ForeignShardsDataset(path)
     path = Path(path)
     if path.name.endswith(PARTIAL_SUFFIX):
         raise _interrupted(path.with_name(path.name[: -len(PARTIAL_SUFFIX)]), path)

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from ..records import MANIFEST_NAME, Manifest, Record, Sample
+from ..storage import Location
+from ..storage.urls import is_url
 
 T = TypeVar("T")
 
@@ -38,8 +40,9 @@ class Dataset(abc.ABC):
     format: str = ""
     validated = True  # every record passed `datapipe convert`'s checks (False: a folder, other tools' shards)
 
-    def __init__(self, path: Path, *, split: str, classes: list[str], size: int) -> None:
-        self.path = Path(path)
+    def __init__(self, path: Path | str, *, split: str, classes: list[str], size: int) -> None:
+        self.path: Path | str = path if is_url(path) else Path(path)  # a URL stays a string
+        self.location = Location.local(self.path)  # where its files are (a remote dataset sets its own)
         self.split = split
         self.classes = list(classes)
         self._size = size
@@ -57,6 +60,9 @@ class Dataset(abc.ABC):
     def record(self, index: int) -> Record:
         """The stored record at `index` with its metadata (original path, digest)."""
         return self._read(self._check(index))
+
+    def read_ahead(self, shards: list[int]) -> None:
+        """A hint: these shards (by number) are read next. Remote sharded datasets start fetching them."""
 
     def origin(self, index: int) -> str:
         """Where record `index` came from (its original relative path), for messages."""

@@ -2,13 +2,19 @@
 
 Each sample is four members in this order: `KEY.cls` (ASCII label), `KEY.jpg|png` (the bytes),
 `KEY.i64` (record index and label as two little-endian int64: DALI reads them with
-dtypes=INT64, as it cannot parse `.cls` digits), `KEY.json` (key, label, original path, sha256). The `webdataset` library and DALI's
-`readers.webdataset` read the shards unchanged; this module reads them by random access through
-the `.idx` offsets (one pread per sample).
+dtypes=INT64, as it cannot parse `.cls` digits), `KEY.json` (key, label, original path, sha256). The
+`webdataset` library and DALI's `readers.webdataset` read the shards unchanged.
+
+This module reads them by random access: `{split}.offsets.npy` holds where each sample starts in its
+shard (8 bytes a record, memory-mapped, so every process and worker shares one copy), one pread
+reads a sample's span and its members are parsed from their tar headers. Shards are opened through
+a bounded LRU (`datapipe.storage.files`), from the disk or, for a URL, from the shard cache.
 """
 from __future__ import annotations
 
 import functools
+import hashlib
+import io
 import json
 import os
 from pathlib import Path
@@ -17,14 +23,14 @@ from typing import Any
 import numpy as np
 
 from ..decode import image_ext
-from ..records import Manifest, Record
+from ..records import Manifest, Record, SplitInfo
+from ..storage import Location
+from ..storage.files import ShardFiles
 from .base import Dataset, PerProcess, Writer, read_dir_manifest, record_from_meta, record_meta, write_dir_manifest
+from .tar import BLOCK, END_OF_ARCHIVE, IDX_VERSION, members, member_header, padded
 
 NAME = "wds"
 SUFFIXES = (".wds",)
-IDX_VERSION = "v1.2"
-BLOCK = 512
-MTIME = 946684800  # 2000-01-01: fixed so identical input gives identical shards
 
 
 def shard_name(split: str, number: int) -> str:
@@ -35,168 +41,105 @@ def idx_name(tar: str) -> str:
     return tar[: -len(".tar")] + ".idx"
 
 
-def member_header(name: str, size: int) -> bytes:
-    """A USTAR header for a regular file (mode 644, uid/gid 0, fixed mtime): what
-    `tarfile.TarInfo.tobuf(USTAR_FORMAT)` writes, at a fraction of its cost on the write path."""
-    raw = name.encode("ascii")
-    if len(raw) > 100:
-        raise ValueError(f"member name {name!r} is longer than USTAR's 100 bytes")
-    head = b"".join((raw.ljust(100, b"\0"), b"0000644\0", b"0000000\0", b"0000000\0", b"%011o\0" % size,
-                     b"%011o\0" % MTIME, b" " * 8, b"0", b"\0" * 100, b"ustar\x0000", b"\0" * 32, b"\0" * 32,
-                     b"\0" * 16, b"\0" * 155)).ljust(BLOCK, b"\0")
-    checksum = b"%06o\0 " % sum(head)
-    return head[:148] + checksum + head[156:]
+def offsets_name(split: str) -> str:
+    return f"{split}.offsets.npy"
 
 
-def parse_idx(text: str) -> list[list[tuple[str, int, int, str]]]:
-    """DALI index lines -> per sample, its components as (ext, offset, size, member name)."""
-    lines = text.splitlines()
+def sample_starts(idx_text: str) -> np.ndarray:
+    """Where each sample of a shard starts (its first member's header), from the shard's `.idx`."""
+    lines = idx_text.splitlines()
     if not lines or not lines[0].startswith(IDX_VERSION):
         raise ValueError(f"not a DALI {IDX_VERSION} index (first line {lines[:1]!r})")
-    samples = []
-    for line in lines[1:]:
-        f = line.split()
-        samples.append([(f[i], int(f[i + 1]), int(f[i + 2]), f[i + 3]) for i in range(0, len(f), 4)])
-    return samples
+    return np.array([int(line.split(" ", 2)[1]) - BLOCK for line in lines[1:]], dtype=np.int64)
 
 
-Components = dict[str, tuple[str, int, int, str]]  # ext -> (ext, data offset, size, member name)
+class SpanIndex:
+    """Record i -> (shard number, start, end) of its members: offsets from `{split}.offsets.npy`, the
+    shard boundaries from the manifest. About 8 bytes a record, shared through the page cache."""
 
-
-class ShardIndex:
-    """Where every sample of a set of shards lies: its shard and the byte span of its members."""
-
-    def __init__(self, shards: list[str], per_shard: list[list[list[tuple[str, int, int, str]]]]) -> None:
-        self.shards = shards
-        spans, self.members = [], []
-        for number, samples in enumerate(per_shard):
-            for components in samples:
-                spans.append((number, min(c[1] for c in components) - BLOCK, max(c[1] + c[2] for c in components)))
-                self.members.append({c[0]: c for c in components})
-        self.spans = np.array(spans, dtype=np.int64).reshape(-1, 3)
-
-    @classmethod
-    def from_shards(cls, shards: list[str], *, scan_missing: bool = False) -> "ShardIndex":
-        """From the `.idx` beside each shard (or, with scan_missing, a scan of a tar that has none)."""
-        per_shard = []
-        for shard in shards:
-            idx = Path(idx_name(shard))
-            if idx.is_file() or not scan_missing:
-                per_shard.append(parse_idx(idx.read_text(encoding="ascii")))
-            else:
-                per_shard.append(scan_tar(shard))
-        return cls(shards, per_shard)
+    def __init__(self, starts: np.ndarray, shards: list[dict[str, Any]]) -> None:
+        counts = np.array([s["samples"] for s in shards], dtype=np.int64)
+        self.starts = starts
+        self.first = np.concatenate([[0], np.cumsum(counts)])  # record number of each shard's first sample
+        self.data_end = np.array([s["bytes"] - END_OF_ARCHIVE for s in shards], dtype=np.int64)
+        self.names = [s["name"] for s in shards]
+        if len(starts) != self.first[-1]:
+            raise ValueError(f"the offsets list {len(starts)} samples, the shards {int(self.first[-1])}")
 
     def __len__(self) -> int:
-        return len(self.spans)
+        return len(self.starts)
 
-    def read(self, fds: list[int], index: int) -> dict[str, bytes]:
-        """Sample `index`'s members (ext -> bytes) with one pread of its span."""
-        number, start, end = (int(v) for v in self.spans[index])
-        blob = os.pread(fds[number], end - start, start)
-        return {ext: blob[off - start: off - start + size] for ext, (_, off, size, _) in self.members[index].items()}
+    def shard_of(self, index: int) -> int:
+        return int(np.searchsorted(self.first, index, side="right")) - 1
+
+    def span(self, index: int) -> tuple[int, int, int]:
+        number = self.shard_of(index)
+        start = int(self.starts[index])
+        end = int(self.starts[index + 1]) if index + 1 < self.first[number + 1] else int(self.data_end[number])
+        return number, start, end
 
 
-def _open_fds(shards: list[str]) -> list[int]:
-    return [os.open(s, os.O_RDONLY) for s in shards]
+def load_offsets(location: Location, split: str, info: SplitInfo) -> np.ndarray:
+    """The split's offsets file, memory-mapped; from the shards' `.idx` files for datasets converted
+    before there was one (slower: a parse of every index line)."""
+    if info.index:
+        return np.load(location.local_path(info.index["name"], size=info.index["bytes"],
+                                           sha256=info.index["sha256"]), mmap_mode="r")
+    shards = info.shards
+    parts = [sample_starts(location.read_bytes(idx_name(s["name"])).decode("ascii")) for s in shards]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 class WdsDataset(Dataset):
-    """Random access into this project's shards (one pread per sample through the `.idx` files)."""
+    """Random access into this project's shards: one pread per sample, shards opened through an LRU."""
 
     format = NAME
 
-    def __init__(self, path: Path, manifest: Manifest, split: str) -> None:
+    def __init__(self, path: Path | str, manifest: Manifest, split: str, *, location: Location | None = None) -> None:
         info = manifest.split(split)
         super().__init__(path, split=split, classes=manifest.classes, size=info.samples)
-        self.index = ShardIndex.from_shards([str(Path(path) / s["name"]) for s in info.shards])
+        self.location = location or Location.local(path)
+        self.index = SpanIndex(load_offsets(self.location, split, info), info.shards)
         if len(self.index) != info.samples:
-            raise ValueError(f"{path}: the .idx files of split {split!r} list {len(self.index)} samples, "
+            raise ValueError(f"{path}: the index of split {split!r} lists {len(self.index)} samples, "
                              f"the manifest {info.samples}; run `datapipe verify` or re-convert")
-        self._fds = PerProcess(functools.partial(_open_fds, self.index.shards))
+        self._shards = info.shards
+        self._files = PerProcess(functools.partial(ShardFiles, self._local_shard))
+
+    def _local_shard(self, number: int) -> str:
+        s = self._shards[number]
+        return self.location.local_path(s["name"], size=s["bytes"], sha256=s.get("sha256"))
+
+    def shard_entries(self) -> list[dict[str, Any]]:
+        """The manifest's entry (name, samples, bytes, sha256) of each shard."""
+        return self._shards
+
+    def shard_sizes(self) -> np.ndarray:
+        """Samples per shard, in record order (for shard-wise sampling)."""
+        return np.diff(self.index.first)
+
+    def read_ahead(self, shards: list[int]) -> None:
+        """Start fetching these shards (by number) if they are remote and not cached yet."""
+        self.location.prefetch([(self._shards[n]["name"], self._shards[n]["bytes"], self._shards[n].get("sha256"))
+                                for n in shards])
 
     def _read(self, index: int) -> Record:
-        parts = self.index.read(self._fds.get(), index)
-        data = next(v for k, v in parts.items() if k not in ("cls", "i64", "json"))
-        record = record_from_meta(parts["json"], data)
-        shard = self.index.shards[int(self.index.spans[index][0])]
-        if parts["cls"] != str(record.label).encode():
-            raise ValueError(f"{shard}: {record.key}.cls says {parts['cls']!r}, its .json says {record.label}; "
+        number, start, end = self.index.span(index)
+        shard = self.index.names[number]
+        parts = members(self._files.get().pread(number, end - start, start), f"{self.path}/{shard}")
+        data = next((v for k, (_, v) in parts.items() if k not in ("cls", "i64", "json")), None)
+        if data is None or not {"cls", "i64", "json"} <= parts.keys():
+            raise ValueError(f"{shard}: sample at byte {start} has members {sorted(parts)}; the shard is damaged")
+        record = record_from_meta(parts["json"][1], data)
+        if parts["cls"][1] != str(record.label).encode():
+            raise ValueError(f"{shard}: {record.key}.cls says {parts['cls'][1]!r}, its .json says {record.label}; "
                              "the shard is damaged")
-        stored = np.frombuffer(parts["i64"], dtype="<i8").tolist() if len(parts["i64"]) == 16 else parts["i64"]
+        raw = parts["i64"][1]
+        stored = np.frombuffer(raw, dtype="<i8").tolist() if len(raw) == 16 else raw
         if stored != [index, record.label]:  # DALI's readers.webdataset takes its labels from here
             raise ValueError(f"{shard}: {record.key}.i64 says (index, label) = {stored}, the record is "
                              f"{[index, record.label]}; the shard is damaged")
         return record
-
-
-def expand_shards(pattern: str) -> list[str]:
-    """`shards/train-{000000..000009}.tar` (or a list joined by '::') -> the existing shard paths."""
-    import braceexpand
-
-    paths = [p for part in pattern.split("::") for p in braceexpand.braceexpand(part)]
-    missing = [p for p in paths if not Path(p).is_file()]
-    if missing:
-        raise FileNotFoundError(f"{len(missing)} of {len(paths)} shards in {pattern!r} do not exist, e.g. {missing[0]}")
-    return paths
-
-
-def scan_tar(path: str) -> list[list[tuple[str, int, int, str]]]:
-    """Index a tar without an .idx: per sample (webdataset grouping: same name up to the first dot of
-    the basename, consecutive), its components as (ext, data offset, size, member name)."""
-    import tarfile
-
-    samples: list[list[tuple[str, int, int, str]]] = []
-    last = None
-    with tarfile.open(path, "r:") as tar:
-        for member in tar:
-            if not member.isfile():
-                continue
-            folder, _, base = member.name.rpartition("/")
-            if "." not in base or base.startswith("."):
-                continue
-            stem, ext = base.split(".", 1)
-            key = f"{folder}/{stem}" if folder else stem
-            if key != last:
-                samples.append([])
-                last = key
-            samples[-1].append((ext, member.offset_data, member.size, member.name))
-    return samples
-
-
-class ForeignShardsDataset(Dataset):
-    """WebDataset shards written by other tools: a brace pattern, `.cls` labels, any image extension.
-
-    Uses each shard's DALI `.idx` when one lies beside it, else scans the tar once. The class names
-    are the label numbers ("0", "1", ...) since such shards carry no class list.
-    """
-
-    format = "wds-shards"
-    validated = False
-    IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")
-
-    def __init__(self, pattern: str) -> None:
-        shards = expand_shards(pattern)
-        self.index = ShardIndex.from_shards(shards, scan_missing=True)
-        for number, components in enumerate(self.index.members):
-            if "cls" not in components or not self._image_ext(components):
-                raise ValueError(f"{pattern}: sample {next(iter(components.values()))[3]!r} lacks a .cls label "
-                                 f"or an image ({'/'.join(self.IMAGE_EXTS)}); it has {sorted(components)}")
-        super().__init__(Path(shards[0]).parent, split="train", classes=[], size=len(self.index))
-        self._fds = PerProcess(functools.partial(_open_fds, shards))
-        self._labels = [int(self.index.read(self._fds.get(), i)["cls"]) for i in range(len(self.index))]
-        self.classes = [str(c) for c in range(max(self._labels) + 1)]
-
-    def _image_ext(self, components: Components) -> str | None:
-        return next((e for e in self.IMAGE_EXTS if e in components), None)
-
-    def _read(self, index: int) -> Record:
-        components = self.index.members[index]
-        ext = self._image_ext(components)
-        name = components[ext][3]
-        shard = self.index.shards[int(self.index.spans[index][0])]
-        data = self.index.read(self._fds.get(), index)[ext]
-        return Record(name.rsplit(".", 1)[0], data, self._labels[index], f"{shard}:{name}", "")
 
 
 class _Shard:
@@ -208,6 +151,11 @@ class _Shard:
         self.path = folder / self.name
         self.file = open(self.path, "r+b" if offset else "wb")
         self.file.truncate(offset)
+        self.digest = hashlib.sha256()
+        if offset:  # a resumed shard: its kept bytes
+            self.file.seek(0)
+            for chunk in iter(functools.partial(self.file.read, 1 << 20), b""):
+                self.digest.update(chunk)
         self.file.seek(offset)
         self.lines = list(lines or [])
         self.offset = offset
@@ -219,18 +167,22 @@ class _Shard:
             name = f"{key}.{ext}"
             parts += (member_header(name, len(payload)), payload, b"\0" * (-len(payload) % BLOCK))
             fields.append(f"{ext} {self.offset + BLOCK} {len(payload)} {name}")
-            self.offset += BLOCK + len(payload) + (-len(payload) % BLOCK)
-        self.file.write(b"".join(parts))
+            self.offset += BLOCK + padded(len(payload))
+        blob = b"".join(parts)
+        self.file.write(blob)
+        self.digest.update(blob)
         self.lines.append(" ".join(fields))
 
     def finish(self) -> dict[str, Any]:
-        self.file.write(b"\0" * (2 * BLOCK))
+        self.file.write(b"\0" * END_OF_ARCHIVE)
+        self.digest.update(b"\0" * END_OF_ARCHIVE)
         self.file.flush()
         os.fsync(self.file.fileno())
         self.file.close()
         idx = self.path.with_name(idx_name(self.name))
         idx.write_text(f"{IDX_VERSION} {len(self.lines)}\n" + "".join(f"{l}\n" for l in self.lines), encoding="ascii")
-        return {"name": self.name, "samples": len(self.lines), "bytes": self.path.stat().st_size}
+        return {"name": self.name, "samples": len(self.lines), "bytes": self.path.stat().st_size,
+                "sha256": self.digest.hexdigest()}
 
 
 class WdsWriter(Writer):
@@ -278,11 +230,24 @@ class WdsWriter(Writer):
         self._open = {}
         for split, info in manifest.splits.items():
             info.shards = self.shards.get(split, [])
+            info.index = write_offsets(self.staging, split, info.shards)
         write_dir_manifest(self.staging, manifest)
 
     def abort(self) -> None:
         for shard in self._open.values():
             shard.file.close()
+
+
+def write_offsets(folder: Path, split: str, shards: list[dict[str, Any]]) -> dict[str, Any]:
+    """`{split}.offsets.npy` from the shards' `.idx` files (once, when the conversion finishes);
+    returns its manifest entry (name, bytes, sha256)."""
+    parts = [sample_starts((folder / idx_name(s["name"])).read_text(encoding="ascii")) for s in shards]
+    buffer = io.BytesIO()
+    np.save(buffer, np.concatenate(parts) if parts else np.zeros(0, np.int64))
+    blob = buffer.getvalue()
+    target = folder / offsets_name(split)
+    target.write_bytes(blob)
+    return {"name": target.name, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
 
 
 read_manifest = read_dir_manifest

@@ -125,7 +125,7 @@ def test_open_dataset_errors_are_clear(tmp_path):
 def test_verify_checks_the_i64_member_dali_reads_labels_from(packed_wds, tmp_path):
     import numpy as np
 
-    from datapipe.formats.wds import parse_idx
+    from datapipe.formats.tar import parse_idx
 
     copy = tmp_path / "copy.wds"
     shutil.copytree(packed_wds, copy)

@@ -63,7 +63,7 @@ def test_dali_readers_webdataset_reads_every_sample_with_our_index(shards):
 def test_our_ustar_header_is_the_one_tarfile_writes(name, size):
     import tarfile
 
-    from datapipe.formats.wds import MTIME, member_header
+    from datapipe.formats.tar import MTIME, member_header
 
     info = tarfile.TarInfo(name)
     info.size, info.mtime, info.mode = size, MTIME, 0o644

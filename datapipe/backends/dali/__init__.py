@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ...formats.base import Dataset
-from ...sharding import EpochPlan
+from ...sharding import EpochPlan, ShardPlan
 from ..base import BadSample, Batch, Loader, LoaderOptions, record_path
 from .graph import build_pipeline
 from .source import EpochTable, PlannedSource, ViewSettings
@@ -52,7 +52,7 @@ class DaliLoader(Loader):
 
     backend = "dali"
 
-    def __init__(self, dataset: Dataset, plan: EpochPlan, options: LoaderOptions, *, reason: str = "") -> None:
+    def __init__(self, dataset: Dataset, plan: EpochPlan | ShardPlan, options: LoaderOptions, *, reason: str = "") -> None:
         require_dali()
         super().__init__(dataset, plan, options, reason=reason)
         self.device = options.torch_device
@@ -94,11 +94,11 @@ class DaliLoader(Loader):
         previous DALI epoch (at most the batches DALI had prefetched), then reset into the new one."""
         if self._pipe is None:
             self._dali_epoch = 0
-            self.table.write(0, epoch, offset)
+            self.table.write(0, epoch, self.plan.encode(offset))
             self._build()
             return
         self._dali_epoch += 1
-        self.table.write(self._dali_epoch, epoch, offset)
+        self.table.write(self._dali_epoch, epoch, self.plan.encode(offset))
         self.table.stop(self._dali_epoch - 1)
         drained = 0
         try:

@@ -9,15 +9,17 @@ store once, lazily.
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ...decode import BadImageError, image_ext, jpeg_scan_start
 from ...formats.base import Dataset
-from ...sharding import EpochPlan
+from ...sharding import EpochPlan, ShardPlan
 from ...transforms import sample_rng, view_geometry
 from ..base import serve_or_substitute
 
@@ -27,7 +29,8 @@ PNG_END = b"IEND\xaeB`\x82"
 
 
 class EpochTable:
-    """DALI epoch number -> (epoch, global position, batch limit), in a file every worker maps."""
+    """DALI epoch number -> (epoch, batch limit) in a file every worker maps, and the epoch's position
+    (the plan's JSON form) in a small file beside it, written before the row."""
 
     def __init__(self, path: Path) -> None:
         self.path = str(path)
@@ -45,16 +48,22 @@ class EpochTable:
             self._rows, self._pid = np.memmap(self.path, dtype=np.int64, mode="r+", shape=(RING, 3)), os.getpid()
         return self._rows  # type: ignore[return-value]
 
-    def write(self, dali_epoch: int, epoch: int, offset: int, limit: int = NO_LIMIT) -> None:
-        self._map()[dali_epoch % RING] = (epoch, offset, limit)
+    def write(self, dali_epoch: int, epoch: int, position: Any, limit: int = NO_LIMIT) -> None:
+        file = Path(self.path).with_name(f"position-{dali_epoch % RING}.json")
+        file.write_text(json.dumps(position))
+        self._map()[dali_epoch % RING] = (epoch, dali_epoch, limit)
 
     def stop(self, dali_epoch: int) -> None:
         """No further batch of this DALI epoch: its workers answer StopIteration from now on."""
         self._map()[dali_epoch % RING, 2] = 0
 
     def read(self, dali_epoch: int) -> tuple[int, int, int]:
-        epoch, offset, limit = (int(v) for v in self._map()[dali_epoch % RING])
-        return epoch, offset, limit
+        """(epoch, the DALI epoch its row was written for, batch limit)."""
+        epoch, written, limit = (int(v) for v in self._map()[dali_epoch % RING])
+        return epoch, written, limit
+
+    def position(self, dali_epoch: int) -> Any:
+        return json.loads(Path(self.path).with_name(f"position-{dali_epoch % RING}.json").read_text())
 
     def __getstate__(self) -> dict:
         return {"path": self.path, "_rows": None, "_pid": None}
@@ -92,13 +101,14 @@ class PlannedSource:
     anchor (left, top) and shape (width, height), resized (width, height), window anchor (left,
     top), flip, and the record each sample replaced (-1 for none)."""
 
-    def __init__(self, dataset: Dataset, plan: EpochPlan, table: EpochTable, settings: ViewSettings) -> None:
+    def __init__(self, dataset: Dataset, plan: EpochPlan | ShardPlan, table: EpochTable, settings: ViewSettings) -> None:
         self.dataset, self.plan, self.table, self.settings = dataset, plan, table, settings
         self._cached: tuple[tuple[int, int], list[np.ndarray]] | None = None
 
-    def _batches(self, epoch: int, offset: int) -> list[np.ndarray]:
-        if self._cached is None or self._cached[0] != (epoch, offset):
-            self._cached = ((epoch, offset), self.plan.batches(epoch, offset))
+    def _batches(self, epoch: int, dali_epoch: int) -> list[np.ndarray]:
+        if self._cached is None or self._cached[0] != (epoch, dali_epoch):
+            position = self.plan.decode(self.table.position(dali_epoch))
+            self._cached = ((epoch, dali_epoch), self.plan.batches(epoch, position))
         return self._cached[1]
 
     def prepare(self, epoch: int, index: int) -> Prepared:
@@ -120,8 +130,8 @@ class PlannedSource:
         return None
 
     def __call__(self, batch_info) -> tuple[list[np.ndarray], ...]:
-        epoch, offset, limit = self.table.read(batch_info.epoch_idx)
-        batches = self._batches(epoch, offset)
+        epoch, written, limit = self.table.read(batch_info.epoch_idx)
+        batches = self._batches(epoch, written)
         if batch_info.iteration >= min(limit, len(batches)):
             raise StopIteration
         columns: tuple[list[np.ndarray], ...] = tuple([] for _ in range(OUTPUTS))

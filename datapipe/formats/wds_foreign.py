@@ -1,0 +1,115 @@
+"""WebDataset shards written by other tools: a brace pattern, `.cls` labels, any image extension.
+
+The index is built once from each shard's DALI `.idx` when one lies beside it, else from the tar
+headers (tarfile seeks over the image data), reading only the small `.cls` members; it is kept as
+NumPy arrays (28 bytes a record) and cached under the user's cache folder, keyed by the shards'
+names, sizes and modification times, so the next open loads it instead of scanning.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..records import Record
+from ..storage import default_cache_dir
+from ..storage.files import ShardFiles
+from .base import Dataset, PerProcess
+from .tar import BLOCK, Component, parse_idx, scan_tar
+
+IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")
+INDEX_VERSION = 1
+
+
+def expand_shards(pattern: str) -> list[str]:
+    """`shards/train-{000000..000009}.tar` (or a list joined by '::') -> the existing shard paths."""
+    import braceexpand
+
+    paths = [p for part in pattern.split("::") for p in braceexpand.braceexpand(part)]
+    missing = [p for p in paths if not Path(p).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{len(missing)} of {len(paths)} shards in {pattern!r} do not exist, e.g. {missing[0]}")
+    return paths
+
+
+def _components(shard: str) -> list[list[Component]]:
+    idx = Path(shard[: -len(".tar")] + ".idx") if shard.endswith(".tar") else None
+    if idx is not None and idx.is_file():
+        return parse_idx(idx.read_text(encoding="ascii"))
+    return scan_tar(shard)
+
+
+def build_index(pattern: str, shards: list[str]) -> dict[str, np.ndarray]:
+    """Per sample: shard number, image member header offset, image size, label."""
+    numbers, headers, sizes, labels = [], [], [], []
+    for number, shard in enumerate(shards):
+        with open(shard, "rb") as fh:
+            for components in _components(shard):
+                found = {c[0]: c for c in components}
+                image = next((found[e] for e in IMAGE_EXTS if e in found), None)
+                if "cls" not in found or image is None:
+                    raise ValueError(f"{pattern}: sample {components[0][3]!r} in {shard} lacks a .cls label or an "
+                                     f"image ({'/'.join(IMAGE_EXTS)}); it has {sorted(found)}")
+                _, offset, size, _ = found["cls"]
+                label = os.pread(fh.fileno(), size, offset).strip()
+                if not label.isdigit():
+                    raise ValueError(f"{shard}: {found['cls'][3]} holds {label[:20]!r}, not a class number")
+                numbers.append(number)
+                headers.append(image[1] - BLOCK)
+                sizes.append(image[2])
+                labels.append(int(label))
+    return {"shard": np.array(numbers, np.int32), "header": np.array(headers, np.int64),
+            "size": np.array(sizes, np.int64), "label": np.array(labels, np.int64)}
+
+
+def cached_index(pattern: str, shards: list[str], cache_dir: Path | None = None) -> dict[str, np.ndarray]:
+    """The index from the cache when the shards are unchanged, else built and cached."""
+    h = hashlib.sha256(f"v{INDEX_VERSION}".encode())
+    for shard in shards:
+        st = os.stat(shard)
+        h.update(f"{os.path.abspath(shard)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    file = (cache_dir or default_cache_dir()) / "index" / f"{h.hexdigest()[:32]}.npz"
+    try:
+        with np.load(file) as cached:
+            return {k: cached[k] for k in cached.files}
+    except (OSError, ValueError, KeyError):
+        pass
+    index = build_index(pattern, shards)
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = file.with_name(f"{file.stem}.{os.getpid()}.tmp.npz")
+        np.savez(tmp, **index)
+        os.replace(tmp, file)
+    except OSError:  # a read-only home: the index still works, it is just not kept
+        pass
+    return index
+
+
+class ForeignShardsDataset(Dataset):
+    """Shards matching a pattern, read by random access through the cached index. The class names
+    are the label numbers ("0", "1", ...) since such shards carry no class list."""
+
+    format = "wds-shards"
+    validated = False
+
+    def __init__(self, pattern: str, *, cache_dir: Path | None = None) -> None:
+        shards = expand_shards(pattern)
+        self.shards = shards
+        self.index = cached_index(pattern, shards, cache_dir)
+        labels = self.index["label"]
+        super().__init__(Path(shards[0]).parent, split="train",
+                         classes=[str(c) for c in range(int(labels.max()) + 1 if len(labels) else 0)], size=len(labels))
+        self._files = PerProcess(functools.partial(ShardFiles, shards.__getitem__))
+
+    def shard_sizes(self) -> np.ndarray:
+        return np.bincount(self.index["shard"], minlength=len(self.shards))
+
+    def _read(self, index: int) -> Record:
+        number, header, size = int(self.index["shard"][index]), int(self.index["header"][index]), int(self.index["size"][index])
+        blob = self._files.get().pread(number, BLOCK + size, header)
+        name = blob[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
+        shard = self.shards[number]
+        return Record(name.rsplit(".", 1)[0], blob[BLOCK:], int(self.index["label"][index]), f"{shard}:{name}", "")

@@ -1,0 +1,74 @@
+"""Where bytes live: a local folder or a URL (s3://, gs://, az://, http(s)://) behind one interface.
+
+Formats read through a `Location`, never through a path directly, so they need not know whether a
+file is on a disk or in a store: a remote file is read whole (`read_bytes`) or fetched into the shard
+cache and read from there (`local_path`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .cache import ShardCache, default_cache_dir
+from .urls import (RemoteStore, RetryPolicy, StoreAccessDenied, StoreNotFound, StoreUnavailable, is_url,
+                   redact)
+
+
+class Location:
+    """A dataset's folder on the local disk."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    @staticmethod
+    def local(root: Path | str) -> "Location":
+        return Location(Path(root))
+
+    @property
+    def remote(self) -> bool:
+        return False
+
+    def describe(self, name: str = "") -> str:
+        return str(self.root / name) if name else str(self.root)
+
+    def exists(self, name: str) -> bool:
+        return (self.root / name).exists()
+
+    def read_bytes(self, name: str) -> bytes:
+        return (self.root / name).read_bytes()
+
+    def local_path(self, name: str, *, size: int | None = None, sha256: str | None = None) -> str:
+        return str(self.root / name)
+
+    def prefetch(self, items: list[tuple[str, int | None, str | None]]) -> None:
+        """Nothing to fetch on a local disk."""
+
+
+class RemoteLocation(Location):
+    """A dataset's folder in an object store, read through a node-local `ShardCache`."""
+
+    def __init__(self, store: RemoteStore, cache: ShardCache) -> None:
+        super().__init__(Path(cache.folder))
+        self.store, self.cache = store, cache
+
+    @property
+    def remote(self) -> bool:
+        return True
+
+    def describe(self, name: str = "") -> str:
+        return self.store.describe(name)
+
+    def exists(self, name: str) -> bool:
+        return self.cache.cached(name) is not None or self.store.size(name) is not None
+
+    def read_bytes(self, name: str) -> bytes:
+        return self.store.read(name)
+
+    def local_path(self, name: str, *, size: int | None = None, sha256: str | None = None) -> str:
+        return self.cache.fetch(name, size=size, sha256=sha256)
+
+    def prefetch(self, items: list[tuple[str, int | None, str | None]]) -> None:
+        self.cache.prefetch(items)
+
+
+__all__ = ["Location", "RemoteLocation", "RemoteStore", "RetryPolicy", "ShardCache", "StoreAccessDenied",
+           "StoreNotFound", "StoreUnavailable", "default_cache_dir", "is_url", "redact"]

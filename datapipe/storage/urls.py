@@ -1,0 +1,221 @@
+"""Object stores behind one small interface: s3:// gs:// az:// http(s):// through obstore.
+
+obstore is not fork-safe (its runtime does not survive a fork), so a `RemoteStore` opens its client
+lazily in each process, checking the pid, and never pickles it. Credentials and endpoints come from
+where the AWS, Google and Azure tools read them (AWS_* variables and ~/.aws files, AWS_ENDPOINT_URL,
+GOOGLE_APPLICATION_CREDENTIALS, AZURE_*); none is ever put in a message. Transient failures
+(connection errors, 5xx, timeouts) are retried by obstore with exponential backoff, boundedly.
+"""
+from __future__ import annotations
+
+import configparser
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import ExpectedError
+
+SCHEMES = ("s3", "gs", "az", "http", "https")
+
+
+def is_url(path: object) -> bool:
+    return isinstance(path, str) and urlsplit(path).scheme in SCHEMES and "://" in path
+
+
+def redact(url: str) -> str:
+    """A URL fit for a message: no user:password and no query string (signed URLs carry tokens there)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+class StoreUnavailable(ExpectedError, ConnectionError):
+    """The store could not be reached, or kept failing, after the retries."""
+
+
+class StoreAccessDenied(ExpectedError, PermissionError):
+    """The store refused the credentials, or there were none."""
+
+
+class StoreNotFound(ExpectedError, FileNotFoundError):
+    """No object at that URL."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long to keep trying a failing request before the run stops with an error."""
+
+    max_retries: int = 6
+    first_backoff_s: float = 0.2
+    max_backoff_s: float = 8.0
+    budget_s: float = 60.0
+    connect_timeout_s: float = 10.0
+    request_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0 or self.budget_s <= 0:
+            raise ValueError(f"max_retries must be >= 0 and budget_s > 0, got {self.max_retries}, {self.budget_s}")
+
+
+def _aws_files_config(environ: dict[str, str]) -> dict[str, str]:
+    """Keys and region from ~/.aws/credentials and ~/.aws/config when the environment has none."""
+    if environ.get("AWS_ACCESS_KEY_ID"):
+        return {}
+    profile = environ.get("AWS_PROFILE", "default")
+    home = Path(environ.get("HOME", str(Path.home())))
+    found: dict[str, str] = {}
+    for file, section in ((environ.get("AWS_SHARED_CREDENTIALS_FILE", home / ".aws" / "credentials"), profile),
+                          (environ.get("AWS_CONFIG_FILE", home / ".aws" / "config"),
+                           profile if profile == "default" else f"profile {profile}")):
+        parser = configparser.ConfigParser()
+        try:
+            parser.read(file)
+        except configparser.Error:
+            continue
+        if parser.has_section(section):
+            for key in ("aws_access_key_id", "aws_secret_access_key", "aws_session_token", "region", "endpoint_url"):
+                if parser.has_option(section, key) and key not in found:
+                    found[key] = parser.get(section, key)
+    if "endpoint_url" in found:
+        found["endpoint"] = found.pop("endpoint_url")
+    return found
+
+
+def _store_kwargs(url: str, retry: RetryPolicy, environ: dict[str, str]) -> dict[str, Any]:
+    scheme = urlsplit(url).scheme
+    config: dict[str, Any] = {}
+    if scheme == "s3":
+        config = _aws_files_config(environ)
+        endpoint = environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL") or config.get("endpoint")
+        if endpoint:
+            config["endpoint"] = endpoint
+        if not (environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or config.get("region")):
+            config["region"] = "us-east-1"
+    allow_http = scheme == "http" or str(config.get("endpoint", "")).startswith("http://")
+    kwargs: dict[str, Any] = {
+        "client_options": {"allow_http": allow_http, "connect_timeout": f"{retry.connect_timeout_s}s",
+                           "timeout": f"{retry.request_timeout_s}s"},
+        "retry_config": {"max_retries": retry.max_retries, "retry_timeout": timedelta(seconds=retry.budget_s),
+                         "backoff": {"init_backoff": timedelta(seconds=retry.first_backoff_s),
+                                     "max_backoff": timedelta(seconds=retry.max_backoff_s), "base": 2.0}},
+    }
+    if config and scheme == "s3":
+        kwargs["config"] = config
+    return kwargs
+
+
+class RemoteStore:
+    """One dataset's folder in an object store: get, get_range, head, put, list, by relative name."""
+
+    def __init__(self, url: str, *, retry: RetryPolicy = RetryPolicy(), environ: dict[str, str] | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.retry = retry
+        self._environ = dict(os.environ if environ is None else environ)
+        self._pid: int | None = None
+        self._store: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_pid": None, "_store": None}
+
+    def describe(self, name: str = "") -> str:
+        return redact(f"{self.url}/{name}" if name else self.url)
+
+    @property
+    def store(self) -> Any:
+        if self._pid != os.getpid():
+            try:
+                from obstore.store import from_url
+            except ImportError as exc:
+                raise ImportError("reading s3://, gs://, az:// or http(s):// URLs needs obstore: "
+                                  "pip install 'datapipe[remote]'") from exc
+            self._store = from_url(self.url, **_store_kwargs(self.url, self.retry, self._environ))
+            self._pid = os.getpid()
+        return self._store
+
+    def _call(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self.store, name, *args, **kwargs)
+        except Exception as exc:
+            raise self._translate(name, exc) from None
+
+    def _translate(self, name: str, exc: Exception) -> Exception:
+        import obstore.exceptions as ox
+
+        where = self.describe(name)
+        if isinstance(exc, (FileNotFoundError, ox.NotFoundError)):
+            return StoreNotFound(f"{where} does not exist; check the URL (bucket, prefix, file name)")
+        if isinstance(exc, (PermissionError, ox.PermissionDeniedError, ox.UnauthenticatedError)):
+            return StoreAccessDenied(
+                f"{where}: access denied; check the credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or "
+                "AWS_PROFILE and ~/.aws, GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*) and the bucket's policy")
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "403" in first or "401" in first or "Forbidden" in first or "AccessDenied" in first:
+            return self._translate(name, PermissionError())
+        return StoreUnavailable(f"{where}: the store failed after {self.retry.max_retries} retries over at most "
+                                f"{self.retry.budget_s:g} s ({redact_text(first, self.url)}); check the network "
+                                "and the endpoint (AWS_ENDPOINT_URL)")
+
+    def read(self, name: str) -> bytes:
+        import obstore
+
+        return bytes(self._call(name, lambda s, n: obstore.get(s, n).bytes()))
+
+    def read_range(self, name: str, start: int, length: int) -> bytes:
+        import obstore
+
+        return bytes(self._call(name, obstore.get_range, start=start, length=length))
+
+    def size(self, name: str) -> int | None:
+        """The object's size, None when there is none."""
+        import obstore
+
+        try:
+            return int(self._call(name, obstore.head)["size"])
+        except StoreNotFound:
+            return None
+
+    def download(self, name: str, target: Path) -> int:
+        """Stream an object into a local file; return its size."""
+        import obstore
+
+        def stream(store: Any, key: str) -> int:
+            written = 0
+            with open(target, "wb") as fh:
+                for chunk in obstore.get(store, key):
+                    fh.write(chunk)
+                    written += len(chunk)
+            return written
+
+        return self._call(name, stream)
+
+    def upload(self, name: str, source: Path | bytes) -> None:
+        """Write an object (multipart for large files, which obstore does in parallel parts)."""
+        import obstore
+
+        self._call(name, obstore.put, source if isinstance(source, bytes) else Path(source))
+
+    def delete(self, name: str) -> None:
+        import obstore
+
+        self._call(name, obstore.delete)
+
+    def list(self, prefix: str = "") -> dict[str, int]:
+        """name -> size of the objects under `prefix`."""
+        import obstore
+
+        def collect(store: Any, pre: str) -> dict[str, int]:
+            return {m["path"]: int(m["size"]) for batch in obstore.list(store, prefix=pre or None) for m in batch}
+
+        return self._call(prefix, collect)
+
+
+def redact_text(text: str, url: str) -> str:
+    """Remove query strings of URLs from a library's message."""
+    import re
+
+    return re.sub(r"(https?://[^\s?]+)\?\S*", r"\1", text)
