@@ -128,6 +128,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", default="train")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="write a bar chart (needs matplotlib)")
+    _add_remote_options(p)
     p.set_defaults(run=_run_bench)
 
 
@@ -141,7 +142,8 @@ def _run_bench(args: argparse.Namespace) -> int:
     options = BenchOptions(
         backends=tuple(b for b in args.backends.split(",") if b), batch_size=args.batch_size,
         image_size=args.image_size, seconds=args.seconds, repeats=args.repeats, warmup=args.warmup,
-        workers=args.workers, simulate_step_ms=args.simulate_step, split=args.split)
+        workers=args.workers, simulate_step_ms=args.simulate_step, split=args.split, sampling=args.sampling,
+        cache_dir=args.cache_dir, cache_limit=args.cache_limit)
     rows = run_bench(args.data, options, suites=tuple(s for s in args.suites.split(",") if s))
     machine = machine_info()
     print(table(rows))
@@ -154,6 +156,13 @@ def _run_bench(args: argparse.Namespace) -> int:
                                     f"{args.image_size}px, batch {args.batch_size}")
         print(f"wrote {args.plot}")
     return 0
+
+
+def _add_remote_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sampling", default="auto", choices=["auto", "global", "shards"],
+                   help="shards: shard-wise order (default for s3:// gs:// az:// http(s):// data); global: one permutation")
+    p.add_argument("--cache-dir", help="where remote shards are cached (default ~/.cache/datapipe/shards)")
+    p.add_argument("--cache-limit", type=parse_size, help="bytes the shard cache may hold, e.g. 200GB (default: no limit)")
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
@@ -183,6 +192,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                    help="skip steps whose loss or gradients are inf/NaN and count them (default: stop with an error)")
     p.add_argument("--start-method", choices=["fork", "spawn", "forkserver"],
                    help="worker start method (default: fork; DALI on CUDA: spawn)")
+    _add_remote_options(p)
     p.add_argument("--out", required=True, help="folder for metrics.jsonl, last.pt, summary.json")
     p.add_argument("--resume", metavar="LAST_PT", help="continue from a checkpoint (mid-epoch included)")
     p.set_defaults(run=_run_train)
@@ -204,7 +214,8 @@ def _run_train(args: argparse.Namespace) -> int:
         compile=args.compile, checkpoint_activations=args.checkpoint_activations,
         channels_last=not args.no_channels_last, profile=args.profile, resume=args.resume, workers=args.workers,
         seed=args.seed, log_every=args.log_every, save_every=args.save_every, max_steps=args.max_steps,
-        skip_nonfinite=args.skip_nonfinite, start_method=args.start_method)
+        skip_nonfinite=args.skip_nonfinite, start_method=args.start_method, sampling=args.sampling,
+        cache_dir=args.cache_dir, cache_limit=args.cache_limit)
     metrics = train(config, env)
     if env.is_main and metrics:
         last = metrics[-1]

@@ -10,11 +10,12 @@ from tqdm import tqdm
 from .formats import open_dataset, read_manifest
 from .records import CHAIN_START, chain_digest, record_digest
 from .scan import scan_folder
+from .storage import is_url
 
 
 def describe(path: str | Path) -> dict[str, Any]:
     """The manifest as a plain dict (format, classes, splits with samples/bytes/skipped, arguments)."""
-    path = Path(path)
+    path = path if is_url(path) else Path(path)
     manifest = read_manifest(path)
     if manifest is None:
         open_dataset(path)  # raises the right error for an interrupted or foreign path
@@ -46,7 +47,7 @@ class VerifyReport:
 def verify(path: str | Path, *, progress: bool = True) -> VerifyReport:
     """Re-read every record of every split; check each against its digest and each split against the
     manifest's count and chained digest."""
-    path = Path(path)
+    path = path if is_url(path) else Path(path)
     manifest = read_manifest(path)
     if manifest is None:
         raise ValueError(f"{path} has no manifest to verify against; only packed datasets can be verified")

@@ -13,6 +13,7 @@ import torch
 from ..errors import ExpectedError
 from ..formats.base import Dataset
 from ..resources import cpus_per_rank
+from ..storage import StoreError
 from ..sharding import EpochPlan, Shard, ShardPlan
 
 log = logging.getLogger(__name__)
@@ -177,6 +178,8 @@ def serve_or_substitute(prepare: Callable[[int], T], dataset: Dataset, index: in
     or, when it fails, raise naming the record (skip=False) or serve a substitute and say so."""
     try:
         return prepare(index), index, None
+    except StoreError:  # the store failed, not this record: substituting would hide it
+        raise
     except Exception as exc:  # stores and decoders raise many types for bad records; which record is what matters
         path = record_path(dataset, index)
         if not skip:

@@ -22,7 +22,7 @@ def run_bench(sources: list[str | Path], options: BenchOptions = BenchOptions(),
         torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
     cases = []
     for source in sources:
-        ds = open_dataset(source, options.split)
+        ds = open_dataset(source, options.split, cache_dir=options.cache_dir, cache_limit=options.cache_limit)
         for suite in suites:
             cases += SUITES[suite](str(source), ds, options, device)
     results: dict[int, list[tuple[float, float]]] = {id(c): [] for c in cases}

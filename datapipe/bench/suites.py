@@ -41,6 +41,9 @@ class BenchOptions:
     simulate_step_ms: float = 0.0
     split: str = "train"
     device: str | None = None
+    sampling: str = "auto"
+    cache_dir: str | None = None
+    cache_limit: int | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.backends) - {"dataloader", "prefetch", "dali"}
@@ -205,7 +208,7 @@ def suite_pipeline(name: str, ds: Dataset, opts: BenchOptions, device: torch.dev
     for backend in opts.backends:
         try:
             loader = make_loader(ds, backend=backend, batch_size=opts.batch_size, image_size=opts.image_size,
-                                 num_workers=opts.workers, device=opts.device,
+                                 num_workers=opts.workers, device=opts.device, sampling=opts.sampling,
                                  max_bad_fraction=1.0)  # speed is measured here, not data health
         except ImportError as exc:
             cases.append(Case(name, ds.format, "pipeline", backend, None, note=f"skipped: {exc}"))

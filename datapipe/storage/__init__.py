@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .cache import ShardCache, default_cache_dir
-from .urls import (RemoteStore, RetryPolicy, StoreAccessDenied, StoreNotFound, StoreUnavailable, is_url,
-                   redact)
+from .urls import (RemoteStore, RetryPolicy, StoreAccessDenied, StoreError, StoreNotFound, StoreUnavailable,
+                   is_url, redact)
 
 
 class Location:
@@ -71,4 +71,4 @@ class RemoteLocation(Location):
 
 
 __all__ = ["Location", "RemoteLocation", "RemoteStore", "RetryPolicy", "ShardCache", "StoreAccessDenied",
-           "StoreNotFound", "StoreUnavailable", "default_cache_dir", "is_url", "redact"]
+           "StoreError", "StoreNotFound", "StoreUnavailable", "default_cache_dir", "is_url", "redact"]

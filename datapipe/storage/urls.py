@@ -34,15 +34,19 @@ def redact(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-class StoreUnavailable(ExpectedError, ConnectionError):
+class StoreError(ExpectedError):
+    """A store failed, not a record: never skipped as a bad sample, it ends the run with its message."""
+
+
+class StoreUnavailable(StoreError, ConnectionError):
     """The store could not be reached, or kept failing, after the retries."""
 
 
-class StoreAccessDenied(ExpectedError, PermissionError):
+class StoreAccessDenied(StoreError, PermissionError):
     """The store refused the credentials, or there were none."""
 
 
-class StoreNotFound(ExpectedError, FileNotFoundError):
+class StoreNotFound(StoreError, FileNotFoundError):
     """No object at that URL."""
 
 

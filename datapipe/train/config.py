@@ -37,6 +37,9 @@ class TrainConfig:
     max_steps: int | None = None
     skip_nonfinite: bool = False
     start_method: str | None = None
+    sampling: str = "auto"  # "shards" for remote datasets by default (datapipe.sharding.ShardPlan)
+    cache_dir: str | None = None  # where a remote dataset's shards are cached
+    cache_limit: int | None = None  # bytes the cache may hold
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "accum_steps", "image_size", "log_every"):

@@ -68,7 +68,8 @@ class Trainer:
         torch.manual_seed(config.seed)
         common = dict(backend=config.backend, batch_size=config.batch_size, image_size=config.image_size,
                       seed=config.seed, num_workers=config.workers, device=str(self.device),
-                      channels_last=config.channels_last, start_method=config.start_method)
+                      channels_last=config.channels_last, start_method=config.start_method,
+                      sampling=config.sampling, cache_dir=config.cache_dir, cache_limit=config.cache_limit)
         # drop_last: a lone last sample breaks BatchNorm ("Expected more than 1 value per channel"),
         # as in timm and the reference ImageNet scripts; evaluation keeps every sample.
         self.loader: Loader = make_loader(config.data, split="train", train=True, drop_last=True, **common)
