@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ExpectedError
+from .isolate import call_in_child, may_fork_workers
 
 SCHEMES = ("s3", "gs", "az", "http", "https")
 
@@ -142,6 +143,11 @@ class RemoteStore:
         return self._store
 
     def _call(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        if may_fork_workers():  # keep obstore out of a process that forks workers (datapipe.storage.isolate)
+            return call_in_child(self._direct, name, fn, *args, **kwargs)
+        return self._direct(name, fn, *args, **kwargs)
+
+    def _direct(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(self.store, name, *args, **kwargs)
         except Exception as exc:
