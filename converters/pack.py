@@ -21,6 +21,7 @@ from datapipe.decode import VALIDATION, BadImageError, check_image
 from datapipe.formats import FormatSpec, format_for, staging_path
 from datapipe.records import Manifest, Record, SplitInfo, record_digest
 from datapipe.resources import cpus_per_rank
+from datapipe.storage import is_url
 
 from .plan import Plan, Task, make_plan
 from .staging import Progress, mismatched_arguments, publish, remove
@@ -164,7 +165,12 @@ def _check_destination(src: Path, dst: Path, staging: Path, options: ConvertOpti
 
 
 def convert(src: str | Path, dst: str | Path, options: ConvertOptions = ConvertOptions()) -> ConvertReport:
-    """Pack the image folder `src` into `dst` (format from its suffix or options.format)."""
+    """Pack the image folder `src` into `dst` (format from its suffix or options.format); `dst` may be
+    an object-store URL (s3://, gs://, az://) for .wds."""
+    if is_url(dst):
+        from .remote import convert_to_url
+
+        return convert_to_url(src, str(dst), options)
     src, dst = Path(src), Path(dst)
     spec = format_for(dst, options.format)
     staging = staging_path(dst)

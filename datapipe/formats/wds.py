@@ -180,7 +180,9 @@ class _Shard:
         os.fsync(self.file.fileno())
         self.file.close()
         idx = self.path.with_name(idx_name(self.name))
-        idx.write_text(f"{IDX_VERSION} {len(self.lines)}\n" + "".join(f"{l}\n" for l in self.lines), encoding="ascii")
+        tmp = idx.with_name(idx.name + ".tmp")  # renamed into place: an .idx that exists is whole, and so is its shard
+        tmp.write_text(f"{IDX_VERSION} {len(self.lines)}\n" + "".join(f"{l}\n" for l in self.lines), encoding="ascii")
+        os.replace(tmp, idx)
         return {"name": self.name, "samples": len(self.lines), "bytes": self.path.stat().st_size,
                 "sha256": self.digest.hexdigest()}
 
@@ -223,6 +225,7 @@ class WdsWriter(Writer):
             if stray.name not in live:
                 stray.unlink()
                 stray.with_name(idx_name(stray.name)).unlink(missing_ok=True)
+                stray.with_name(idx_name(stray.name) + ".tmp").unlink(missing_ok=True)
 
     def close(self, manifest: Manifest) -> None:
         for split, shard in self._open.items():

@@ -12,7 +12,7 @@ import pytest
 from datapipe import make_loader, open_dataset
 from datapipe.storage import StoreNotFound, StoreUnavailable
 
-from .conftest import upload_folder
+from tests.storage.conftest import upload_folder
 
 SMALL = dict(batch_size=4, image_size=32, device="cpu", num_workers=2)
 
