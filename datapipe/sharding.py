@@ -141,6 +141,7 @@ class EpochPlan:
         return [mine[i:i + self.batch_size] for i in range(0, len(mine), self.batch_size)]
 
 
+READ_AHEAD_SHARDS = 2  # shards a remote dataset's readers fetch ahead of the one they read
 Segment = tuple[int, int]  # (world size, samples each rank consumed at that world size)
 
 
@@ -285,6 +286,22 @@ class ShardPlan:
     def batches(self, epoch: int, position: tuple[Segment, ...] = ()) -> list[np.ndarray]:
         mine = self.rank_indices(epoch, position)
         return [mine[i:i + self.batch_size] for i in range(0, len(mine), self.batch_size)]
+
+    def shards_ahead(self, batches: list[np.ndarray], count: int) -> list[tuple[int, ...]]:
+        """Per batch: the shards it reads and the next `count` shards after it in this rank's order
+        (what to fetch ahead of a remote dataset's readers)."""
+        if not batches:
+            return []
+        shards = self.shard_of(np.concatenate(batches))
+        starts = np.flatnonzero(np.r_[True, shards[1:] != shards[:-1]])  # where each run of one shard begins
+        hints, begin = [], 0
+        for batch in batches:
+            end = begin + len(batch)
+            first = int(np.searchsorted(starts, begin, side="right")) - 1
+            last = int(np.searchsorted(starts, end, side="left"))
+            hints.append(tuple(int(shards[starts[k]]) for k in range(first, min(last + count, len(starts)))))
+            begin = end
+        return hints
 
     def shard_of(self, indices: np.ndarray) -> np.ndarray:
         first = np.concatenate([[0], np.cumsum(self.shard_sizes)])

@@ -11,9 +11,8 @@ import torch
 from ..formats import open_dataset
 from ..formats.base import Dataset
 from ..resources import local_world_size
-from ..sharding import EpochPlan, Shard, ShardPlan, resolve_shard
+from ..sharding import READ_AHEAD_SHARDS, EpochPlan, Shard, ShardPlan, resolve_shard
 from .base import Batch, Loader, LoaderOptions
-from .dataloader import READ_AHEAD_SHARDS
 
 log = logging.getLogger("datapipe")
 BACKENDS = ("auto", "dataloader", "prefetch", "dali")

@@ -8,13 +8,12 @@ import numpy as np
 import torch
 
 from ..formats.base import Dataset
-from ..sharding import EpochPlan, ShardPlan
+from ..sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan
 from ..transforms import decode_view, sample_rng
 from .base import BadSample, Batch, Loader, LoaderOptions, Normalizer, serve_or_substitute
 
 log = logging.getLogger(__name__)
 Decoded = tuple[torch.Tensor, int, int, BadSample | None]
-READ_AHEAD_SHARDS = 2  # shards fetched ahead of the one being read (remote datasets)
 
 
 class DecodedRecords(torch.utils.data.Dataset):
@@ -73,25 +72,9 @@ class EpochBatches:
 
     def __iter__(self) -> Iterator[list[tuple[int, int, tuple[int, ...] | None]]]:
         batches = self.plan.batches(self.epoch, self.offset)
-        hints = shards_ahead(self.plan, batches, self.read_ahead) if self.read_ahead else [None] * len(batches)
+        hints = self.plan.shards_ahead(batches, self.read_ahead) if self.read_ahead else [None] * len(batches)
         for batch, hint in zip(batches, hints):
             yield [(self.epoch, int(i), hint if k == 0 else None) for k, i in enumerate(batch)]
-
-
-def shards_ahead(plan: ShardPlan, batches: list[np.ndarray], count: int) -> list[tuple[int, ...]]:
-    """Per batch: its own shards and the next `count` shards after it in this rank's order."""
-    if not batches:
-        return []
-    shards = plan.shard_of(np.concatenate(batches))
-    starts = np.flatnonzero(np.r_[True, shards[1:] != shards[:-1]])  # where each run of one shard begins
-    hints, begin = [], 0
-    for batch in batches:
-        end = begin + len(batch)
-        first = int(np.searchsorted(starts, begin, side="right")) - 1
-        last = int(np.searchsorted(starts, end, side="left"))
-        hints.append(tuple(int(shards[starts[k]]) for k in range(first, min(last + count, len(starts)))))
-        begin = end
-    return hints
 
 
 def _seed_worker(worker_id: int) -> None:

@@ -166,6 +166,12 @@ class ShardCache:
                 self._pending.add(name)
             self._pool.submit(self._prefetch_one, name, size, sha256)
 
+    def drain(self) -> None:
+        """Wait for this process's prefetches in flight to finish (or fail)."""
+        if self._pool is not None and self._pool_pid == os.getpid():
+            self._pool.shutdown(wait=True)
+            self._pool, self._pool_pid = None, None
+
     def _prefetch_one(self, name: str, size: int | None, sha256: str | None) -> None:
         try:
             self.fetch(name, size=size, sha256=sha256)

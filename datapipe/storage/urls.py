@@ -60,7 +60,8 @@ class RetryPolicy:
     max_backoff_s: float = 8.0
     budget_s: float = 60.0
     connect_timeout_s: float = 10.0
-    request_timeout_s: float = 120.0
+    read_timeout_s: float = 20.0  # a store that stops sending mid-request (a hung server) fails after this
+    request_timeout_s: float = 900.0  # a whole request, a 256 MB shard over a slow link included
 
     def __post_init__(self) -> None:
         if self.max_retries < 0 or self.budget_s <= 0:
@@ -103,8 +104,9 @@ def _store_kwargs(url: str, retry: RetryPolicy, environ: dict[str, str]) -> dict
             config["region"] = "us-east-1"
     allow_http = scheme == "http" or str(config.get("endpoint", "")).startswith("http://")
     kwargs: dict[str, Any] = {
-        "client_options": {"allow_http": allow_http, "connect_timeout": f"{retry.connect_timeout_s}s",
-                           "timeout": f"{retry.request_timeout_s}s"},
+        "client_options": {"allow_http": allow_http, "connect_timeout": timedelta(seconds=retry.connect_timeout_s),
+                           "read_timeout": timedelta(seconds=retry.read_timeout_s),
+                           "timeout": timedelta(seconds=retry.request_timeout_s)},
         "retry_config": {"max_retries": retry.max_retries, "retry_timeout": timedelta(seconds=retry.budget_s),
                          "backoff": {"init_backoff": timedelta(seconds=retry.first_backoff_s),
                                      "max_backoff": timedelta(seconds=retry.max_backoff_s), "base": 2.0}},

@@ -28,7 +28,10 @@ class S3Server:
         return f"s3://{name}"
 
     def stop(self) -> None:
+        """Shut the server down and close its socket: new connections are refused."""
         self.server.stop()
+        if self.server._server is not None:
+            self.server._server.server_close()
 
 
 @pytest.fixture

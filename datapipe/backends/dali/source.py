@@ -19,7 +19,7 @@ import numpy as np
 
 from ...decode import BadImageError, image_ext, jpeg_scan_start
 from ...formats.base import Dataset
-from ...sharding import EpochPlan, ShardPlan
+from ...sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan
 from ...transforms import sample_rng, view_geometry
 from ..base import serve_or_substitute
 
@@ -104,11 +104,15 @@ class PlannedSource:
     def __init__(self, dataset: Dataset, plan: EpochPlan | ShardPlan, table: EpochTable, settings: ViewSettings) -> None:
         self.dataset, self.plan, self.table, self.settings = dataset, plan, table, settings
         self._cached: tuple[tuple[int, int], list[np.ndarray]] | None = None
+        self._ahead: list[tuple[int, ...]] | None = None
 
     def _batches(self, epoch: int, dali_epoch: int) -> list[np.ndarray]:
         if self._cached is None or self._cached[0] != (epoch, dali_epoch):
             position = self.plan.decode(self.table.position(dali_epoch))
-            self._cached = ((epoch, dali_epoch), self.plan.batches(epoch, position))
+            batches = self.plan.batches(epoch, position)
+            remote = self.dataset.location.remote and isinstance(self.plan, ShardPlan)
+            self._ahead = self.plan.shards_ahead(batches, READ_AHEAD_SHARDS) if remote else None
+            self._cached = ((epoch, dali_epoch), batches)
         return self._cached[1]
 
     def prepare(self, epoch: int, index: int) -> Prepared:
@@ -134,6 +138,8 @@ class PlannedSource:
         batches = self._batches(epoch, written)
         if batch_info.iteration >= min(limit, len(batches)):
             raise StopIteration
+        if self._ahead:
+            self.dataset.read_ahead(list(self._ahead[batch_info.iteration]))
         columns: tuple[list[np.ndarray], ...] = tuple([] for _ in range(OUTPUTS))
         for index in batches[batch_info.iteration]:
             (data, label, g), served, bad = serve_or_substitute(
