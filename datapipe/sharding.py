@@ -46,6 +46,17 @@ def epoch_order(size: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarra
     return np.random.default_rng([seed, epoch]).permutation(size).astype(np.int64)
 
 
+def check_plan(plan: "EpochPlan | ShardPlan") -> None:
+    """What every plan refuses: no batch size, no data, or drop_last leaving a rank nothing."""
+    if plan.batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {plan.batch_size}")
+    if plan.size < 1:
+        raise ValueError("the dataset is empty: nothing to load")
+    if plan.drop_last and plan.samples_per_rank() < plan.batch_size:
+        raise ValueError(f"drop_last with batch_size {plan.batch_size} leaves no batch: each of the "
+                         f"{plan.shard.world_size} ranks gets {plan.samples_per_rank()} samples")
+
+
 @dataclass(frozen=True)
 class EpochPlan:
     """The batches of record indices one rank reads in one epoch, from any global position on.
@@ -64,13 +75,7 @@ class EpochPlan:
     drop_last: bool = False
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.size < 1:
-            raise ValueError("the dataset is empty: nothing to load")
-        if self.drop_last and self.samples_per_rank() < self.batch_size:
-            raise ValueError(f"drop_last with batch_size {self.batch_size} leaves no batch: each of the "
-                             f"{self.shard.world_size} ranks gets {self.samples_per_rank()} samples")
+        check_plan(self)
 
     def samples_per_rank(self, offset: int = 0) -> int:
         """This rank's sample count from global position `offset` to the end of the epoch."""
@@ -179,13 +184,7 @@ class ShardPlan:
     start = ()
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.size < 1:
-            raise ValueError("the dataset is empty: nothing to load")
-        if self.drop_last and self.samples_per_rank() < self.batch_size:
-            raise ValueError(f"drop_last with batch_size {self.batch_size} leaves no batch: each of the "
-                             f"{self.shard.world_size} ranks gets {self.samples_per_rank()} samples")
+        check_plan(self)
 
     @property
     def size(self) -> int:

@@ -65,9 +65,8 @@ def private_kb(pid: int | str = "self") -> int:
     return sum(int(l.split()[1]) for l in fields if l.startswith("Private_Dirty"))
 
 
-def _worker(path: str, indices: np.ndarray, queue) -> None:
-    from datapipe.formats import open_dataset  # noqa: F401  (already imported in the parent)
-
+def _worker(indices: np.ndarray, queue) -> None:
+    """A forked worker: random reads through the parent's dataset, then its own memory."""
     ds = _DATASET
     for i in indices:
         ds[int(i)]
@@ -98,7 +97,7 @@ def measure(path: Path, reads: int) -> dict:
     fds = len(os.listdir("/proc/self/fd")) - base_fds
     _DATASET = ds
     ctx, queue = mp.get_context("fork"), mp.get_context("fork").Queue()
-    workers = [ctx.Process(target=_worker, args=(str(path), rng.integers(0, len(ds), reads), queue)) for _ in range(2)]
+    workers = [ctx.Process(target=_worker, args=(rng.integers(0, len(ds), reads), queue)) for _ in range(2)]
     for w in workers:
         w.start()
     worker_private = [queue.get() for _ in workers]

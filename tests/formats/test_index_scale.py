@@ -6,10 +6,8 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from datapipe.formats import open_dataset
-from datapipe.formats.base import write_dir_manifest
 from datapipe.formats.wds import WdsWriter
 from datapipe.records import Manifest, Record, SplitInfo, record_digest
 

@@ -3,7 +3,6 @@ that answers Range requests (what obstore's HTTP store sends)."""
 from __future__ import annotations
 
 import http.server
-import os
 import re
 import threading
 import urllib.request

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 from datapipe import make_loader, open_dataset
