@@ -3,6 +3,7 @@ same records as on disk, shard-wise loading with resume, the shard cache, and cl
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 
 import pytest
@@ -169,3 +170,58 @@ def test_a_crashed_download_leaves_nothing_that_looks_whole(s3_wds, tmp_path):
     cache.fetch("train-000001.tar")  # making room sweeps parts of dead processes
     assert not stale.exists()
     assert ds.record(0) == open_dataset(s3_wds).record(0)
+
+
+def test_credentials_from_the_aws_files_when_the_environment_has_none(s3, s3_wds, packed_wds, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text("[team]\naws_access_key_id = fromfile\naws_secret_access_key = filesecret\n")
+    (home / ".aws" / "config").write_text("[profile team]\nregion = us-east-1\n")
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("AWS_PROFILE", "team")
+    from datapipe.storage.urls import _aws_files_config
+
+    assert _aws_files_config(dict(os.environ)) == {"aws_access_key_id": "fromfile", "aws_secret_access_key": "filesecret",
+                                                   "region": "us-east-1"}
+    assert open_dataset(s3_wds).record(0) == open_dataset(packed_wds).record(0)
+
+
+def test_refused_credentials_fail_at_once_naming_what_to_check(s3, s3_wds, monkeypatch):
+    from moto import settings
+
+    from datapipe.storage import StoreAccessDenied
+
+    monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)  # the server now checks keys
+    with pytest.raises(StoreAccessDenied, match=r"s3://data/fixture\.wds/manifest\.json: access denied; check the credentials") as caught:
+        open_dataset(s3_wds)
+    assert "testing-secret-never-printed" not in str(caught.value)
+
+
+def test_training_reads_an_s3_dataset(s3_wds, tmp_path):
+    from datapipe.train import TrainConfig, train
+
+    metrics = train(TrainConfig(data=s3_wds, out=str(tmp_path / "run"), model="resnet18", epochs=1, batch_size=8,
+                                image_size=32, workers=1, backend="dataloader", warmup_epochs=0, log_every=2))
+    assert metrics[0]["epoch"] == 0 and metrics[0]["val_acc"] is not None
+
+
+def test_local_shards_on_request_resume_elastically_in_dali(packed_wds):
+    pytest.importorskip("nvidia.dali")
+    size = len(open_dataset(packed_wds))
+    options = dict(SMALL, backend="dali", sampling="shards")
+    first = [make_loader(packed_wds, rank=r, world_size=3, **options) for r in range(3)]
+    seen, state = [], None
+    for loader in first:
+        loader.set_epoch(2)
+        batches = iter(loader)
+        seen += next(batches)[2].tolist()
+        state = loader.state_dict()
+    rest = []
+    for r in range(2):
+        loader = make_loader(packed_wds, rank=r, world_size=2, **options)
+        loader.load_state_dict(state)
+        loader.set_epoch(2)
+        rest += [i for _, _, idx in loader for i in idx.tolist()]
+    assert set(seen) | set(rest) == set(range(size)) and len(seen) + len(rest) - size < 2
