@@ -30,9 +30,6 @@ class Location:
     def describe(self, name: str = "") -> str:
         return str(self.root / name) if name else str(self.root)
 
-    def exists(self, name: str) -> bool:
-        return (self.root / name).exists()
-
     def read_bytes(self, name: str) -> bytes:
         return (self.root / name).read_bytes()
 
@@ -56,9 +53,6 @@ class RemoteLocation(Location):
 
     def describe(self, name: str = "") -> str:
         return self.store.describe(name)
-
-    def exists(self, name: str) -> bool:
-        return self.cache.cached(name) is not None or self.store.size(name) is not None
 
     def read_bytes(self, name: str) -> bytes:
         return self.store.read(name)

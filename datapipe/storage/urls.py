@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -169,7 +170,7 @@ class RemoteStore:
         if "403" in first or "401" in first or "Forbidden" in first or "AccessDenied" in first:
             return self._translate(name, PermissionError())
         return StoreUnavailable(f"{where}: the store failed after {self.retry.max_retries} retries over at most "
-                                f"{self.retry.budget_s:g} s ({redact_text(first, self.url)}); check the network "
+                                f"{self.retry.budget_s:g} s ({redact_text(first)}); check the network "
                                 "and the endpoint (AWS_ENDPOINT_URL)")
 
     def read(self, name: str) -> bytes:
@@ -226,8 +227,6 @@ class RemoteStore:
         return self._call(prefix, collect)
 
 
-def redact_text(text: str, url: str) -> str:
+def redact_text(text: str) -> str:
     """Remove query strings of URLs from a library's message."""
-    import re
-
     return re.sub(r"(https?://[^\s?]+)\?\S*", r"\1", text)
