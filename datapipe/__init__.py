@@ -1,8 +1,26 @@
-"""datapipe: pack image folders into LMDB / HDF5 / WebDataset and feed PyTorch training at full speed."""
-from .backends import Batch, Loader, LoaderOptions, make_loader
-from .backends.base import BadSample, TooManyBadSamples
+"""datapipe: pack image folders into LMDB / HDF5 / WebDataset and feed PyTorch training at full speed.
+
+The loaders (and torch with them) are imported on first use, so `datapipe convert`, `info` and
+`verify`, which need no torch, start in a fraction of a second.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from .formats import open_dataset, read_manifest
 from .records import ClassIndex, Manifest, Record, Sample, SplitNotFound
 
 __version__ = "0.1.0"
-__all__ = ["make_loader", "Batch", "Loader", "LoaderOptions", "BadSample", "TooManyBadSamples", "open_dataset", "read_manifest", "Sample", "Record", "SplitNotFound", "Manifest", "ClassIndex", "__version__"]
+_LAZY = {"make_loader": ".backends", "Batch": ".backends", "Loader": ".backends", "LoaderOptions": ".backends",
+         "BadSample": ".backends.base", "TooManyBadSamples": ".backends.base"}
+__all__ = ["make_loader", "Batch", "Loader", "LoaderOptions", "BadSample", "TooManyBadSamples", "open_dataset",
+           "read_manifest", "Sample", "Record", "SplitNotFound", "Manifest", "ClassIndex", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'datapipe' has no attribute {name!r}")

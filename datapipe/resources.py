@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -49,7 +50,9 @@ def local_world_size(environ: Mapping[str, str] | None = None) -> int:
     value = environ.get("LOCAL_WORLD_SIZE", "")
     if value.isdigit() and int(value) > 0:
         return int(value)
-    import torch
+    torch = sys.modules.get("torch")
+    if torch is None:  # no process group without torch; do not import it (convert, info start fast)
+        return 1
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
