@@ -53,6 +53,9 @@ def make_plan(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochPl
     if sampling == "auto":
         sampling = "shards" if dataset.location.remote else "global"
     if sampling == "global":
+        if dataset.location.remote:
+            dataset.location.cache.require(sum(s["bytes"] for s in dataset.shard_entries()),
+                                           "sampling='global' reads from every shard all epoch long: its shards")
         return EpochPlan(len(dataset), options.batch_size, shard, options.seed, shuffle=options.train,
                          drop_last=options.drop_last)
     sizes = getattr(dataset, "shard_sizes", None)

@@ -157,8 +157,9 @@ class ShardCache:
 
     def prefetch(self, items: list[tuple[str, int | None, str | None]]) -> None:
         """Download these (name, size, sha256) in background threads of this process, if not cached."""
-        if self._pool_pid != os.getpid():
-            self._pool, self._pool_pid, self._pending = ThreadPoolExecutor(PREFETCH_THREADS, "datapipe-prefetch"), os.getpid(), set()
+        if self._pool_pid != os.getpid():  # first use in this process (a forked child starts afresh)
+            self._pool = ThreadPoolExecutor(PREFETCH_THREADS, "datapipe-prefetch")
+            self._pool_pid, self._pending, self._lock = os.getpid(), set(), threading.Lock()
         for name, size, sha256 in items:
             with self._lock:
                 if name in self._pending or self.cached(name, size) is not None:

@@ -225,3 +225,10 @@ def test_local_shards_on_request_resume_elastically_in_dali(packed_wds):
         loader.set_epoch(2)
         rest += [i for _, _, idx in loader for i in idx.tolist()]
     assert set(seen) | set(rest) == set(range(size)) and len(seen) + len(rest) - size < 2
+
+
+def test_global_sampling_over_a_store_needs_a_cache_for_every_shard(s3_wds):
+    with pytest.raises(ValueError, match="sampling='global' reads from every shard"):
+        make_loader(s3_wds, sampling="global", cache_limit=200_000, **SMALL)
+    loader = make_loader(s3_wds, sampling="global", **SMALL)
+    assert type(loader.plan).__name__ == "EpochPlan"
