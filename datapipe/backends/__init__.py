@@ -80,8 +80,10 @@ def make_loader(source: str | Path | Dataset, *, split: str = "train", backend: 
 
     Options are LoaderOptions fields, given as `options=` or as keywords (batch_size=256, train=True,
     image_size=224, seed=0, device=None, dtype=torch.float32, channels_last=False, drop_last=False,
-    num_workers=None, prefetch_factor=2, pin_memory=None, on_error="skip"). rank and world_size
-    default to torch.distributed's when it is initialized. Call set_epoch(e) before each epoch.
+    num_workers=None, prefetch_factor=2, pin_memory=None, on_error="skip", sampling="auto",
+    cache_dir=None, cache_limit=None). `source` may be a `.wds` URL (s3://, gs://, az://, https://).
+    rank and world_size default to torch.distributed's when it is initialized. Call set_epoch(e)
+    before each epoch.
     """
     options = LoaderOptions(**{**(options.__dict__ if options else {}), **overrides})
     dataset = source if isinstance(source, Dataset) else open_dataset(
