@@ -37,9 +37,6 @@ class ShardFiles:
                           "it was truncated or replaced, run `datapipe verify`")
         return data
 
-    def __len__(self) -> int:
-        return len(self._fds)
-
     def close(self) -> None:
         while self._fds:
             os.close(self._fds.popitem()[1])

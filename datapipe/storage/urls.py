@@ -118,7 +118,7 @@ def _store_kwargs(url: str, retry: RetryPolicy, environ: dict[str, str]) -> dict
 
 
 class RemoteStore:
-    """One dataset's folder in an object store: get, get_range, head, put, list, by relative name."""
+    """One dataset's folder in an object store: get, head, put, delete, list, by relative name."""
 
     def __init__(self, url: str, *, retry: RetryPolicy = RetryPolicy(), environ: dict[str, str] | None = None) -> None:
         self.url = url.rstrip("/")
@@ -177,11 +177,6 @@ class RemoteStore:
         import obstore
 
         return bytes(self._call(name, lambda s, n: obstore.get(s, n).bytes()))
-
-    def read_range(self, name: str, start: int, length: int) -> bytes:
-        import obstore
-
-        return bytes(self._call(name, obstore.get_range, start=start, length=length))
 
     def size(self, name: str) -> int | None:
         """The object's size, None when there is none."""

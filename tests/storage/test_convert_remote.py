@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ import pytest
 from converters import ConvertError, ConvertOptions, convert
 from converters.remote import work_folder
 from datapipe import open_dataset
-from datapipe.formats import staging_path
 from datapipe.storage import RemoteStore, StoreNotFound
 
 from tests.converters.test_resume import big_source  # noqa: F401  (a fixture: 900 images and two bad files)
@@ -53,29 +51,28 @@ def test_converting_to_s3_writes_what_a_local_conversion_writes(s3, imagefolder,
 
 def test_a_killed_conversion_to_s3_does_not_open_and_resume_completes_it(s3, big_source, tmp_path):  # noqa: F811
     url = s3.bucket("out") + "/big.wds"
-    cmd = [sys.executable, "-m", "datapipe", "convert", str(big_source), url, "--workers", "2",
-           "--checkpoint-every", "40", "--shard-size", "64KiB", "-q"]
-    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    progress = staging_path(work_folder(url)) / "progress.json"
-    store = RemoteStore(url)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-        try:
-            done = json.loads(progress.read_text())["done"]
-        except (OSError, ValueError):
-            continue
-        if done >= 300:
-            break
-    assert proc.poll() is None, "the conversion finished before it could be killed"
+    args = ["convert", str(big_source), url, "--workers", "2", "--checkpoint-every", "40", "--shard-size", "64KiB", "-q"]
+    # The converter stops itself (SIGSTOP) right after the checkpoint past 300 files; the test waits for
+    # that stop, not for a time, then kills it: no race with a conversion that finishes first.
+    stop_at_300 = ("import os, signal, sys; from converters.staging import Progress; save = Progress.save\n"
+                   "def checkpoint(self, staging):\n"
+                   "    save(self, staging)\n"
+                   "    if self.done >= 300: os.kill(os.getpid(), signal.SIGSTOP)\n"
+                   "Progress.save = checkpoint\n"
+                   f"from datapipe.cli import main; sys.exit(main({args!r}))")
+    proc = subprocess.Popen([sys.executable, "-c", stop_at_300], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status = os.waitpid(proc.pid, os.WUNTRACED)
+    assert os.WIFSTOPPED(status), f"the conversion ended before its checkpoint at 300 files (status {status})"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    store = RemoteStore(url)
     assert "manifest.json" not in store.list()
     with pytest.raises(StoreNotFound, match="its conversion did not finish"):
         open_dataset(url)
     with pytest.raises(ConvertError, match="pass --resume to finish it"):
         convert(big_source, url, OPTIONS)
-    resumed = subprocess.run(cmd + ["--resume"], capture_output=True, text=True)
+    resumed = subprocess.run([sys.executable, "-m", "datapipe", *args, "--resume"], capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     local = tmp_path / "big.wds"
     convert(big_source, local, ConvertOptions(workers=2, progress=False, shard_bytes=64 << 10, checkpoint_every=40))
