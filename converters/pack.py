@@ -17,7 +17,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from datapipe.decode import VALIDATION, BadImageError, check_image
+from datapipe.decode import AWKWARD, VALIDATION, BadImageError, check_image
 from datapipe.formats import FormatSpec, format_for, staging_path
 from datapipe.records import Manifest, Record, SplitInfo, record_digest
 from datapipe.resources import cpus_per_rank
@@ -44,6 +44,7 @@ class ConvertOptions:
     resume: bool = False
     strict: bool = False
     validate: str = "decode"
+    awkward: str = "original"
     resize_max: int | None = None
     quality: int = 90
     shard_bytes: int = DEFAULT_SHARD_BYTES
@@ -57,6 +58,8 @@ class ConvertOptions:
     def __post_init__(self) -> None:
         if self.validate not in VALIDATION:
             raise ValueError(f"validate must be one of {VALIDATION}, got {self.validate!r}")
+        if self.awkward not in AWKWARD:
+            raise ValueError(f"awkward must be one of {AWKWARD}, got {self.awkward!r}")
         if self.workers < 0:
             raise ValueError(f"workers must be >= 0 (0 = all cores), got {self.workers}")
         if self.resize_max is not None and self.resize_max < 8:
@@ -70,7 +73,7 @@ class ConvertOptions:
 
     def content_arguments(self, spec: FormatSpec) -> dict[str, Any]:
         sharded = {"shard_bytes": self.shard_bytes, "seed": self.seed} if spec.sharded else {}
-        return {"format": spec.name, "validate": self.validate, "resize_max": self.resize_max, "quality": self.quality,
+        return {"format": spec.name, "validate": self.validate, "awkward": self.awkward, "resize_max": self.resize_max, "quality": self.quality,
                 "labels": self.labels, "layout": self.layout, "split": self.split, **sharded}
 
 
@@ -96,8 +99,8 @@ class ConvertReport:
 _WORKER_OPTIONS: dict[str, Any] = {}
 
 
-def _init_worker(resize_max: int | None, quality: int, validate: str) -> None:
-    _WORKER_OPTIONS.update(resize_max=resize_max, quality=quality, validate=validate)
+def _init_worker(options: dict[str, Any]) -> None:
+    _WORKER_OPTIONS.update(options)
 
 
 def _prepare(job: tuple[str, str, int]) -> tuple[bytes | None, str]:
@@ -116,12 +119,14 @@ def _prepare(job: tuple[str, str, int]) -> tuple[bytes | None, str]:
 
 def _results(tasks: list[Task], workers: int, options: ConvertOptions) -> Iterator[tuple[bytes | None, str]]:
     jobs = [(t.path, t.key, t.label) for t in tasks]
+    checks = dict(resize_max=options.resize_max, quality=options.quality, validate=options.validate,
+                  awkward=options.awkward)
     if workers == 1:
-        _init_worker(options.resize_max, options.quality, options.validate)
+        _init_worker(checks)
         yield from map(_prepare, jobs)
         return
     with multiprocessing.get_context("fork").Pool(
-            workers, initializer=_init_worker, initargs=(options.resize_max, options.quality, options.validate)) as pool:
+            workers, initializer=_init_worker, initargs=(checks,)) as pool:
         yield from pool.imap(_prepare, jobs, chunksize=16)
 
 

@@ -44,6 +44,10 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--validate", choices=["decode", "fast"], default="decode",
                    help="decode: JPEGs decode at 1/8 scale (catches truncation and corrupt data, default); "
                         "fast: JPEG header + end marker only (catches truncation)")
+    p.add_argument("--awkward", choices=["original", "png"], default="original",
+                   help="CMYK, EXIF-rotated, palette and RGBA images: keep their original bytes (datapipe's "
+                        "backends apply the RGB rule when decoding, default) or store RGB PNGs that any "
+                        "other decoder reads by the rule (bigger, slower to load)")
     p.add_argument("--resize-max", type=int, metavar="N", help="re-encode as JPEG, shorter side at most N")
     p.add_argument("--quality", type=int, default=90, help="JPEG quality with --resize-max (default 90)")
     p.add_argument("--shard-size", type=parse_size, default="256MB", help="WebDataset shard size (default 256MB)")
@@ -63,7 +67,7 @@ def _run_convert(args: argparse.Namespace) -> int:
 
     options = ConvertOptions(
         format=args.format, workers=args.workers, overwrite=args.overwrite, resume=args.resume,
-        strict=args.strict, validate=args.validate, resize_max=args.resize_max, quality=args.quality, shard_bytes=args.shard_size,
+        strict=args.strict, validate=args.validate, awkward=args.awkward, resize_max=args.resize_max, quality=args.quality, shard_bytes=args.shard_size,
         labels=args.labels, layout=args.layout, split=args.split, seed=args.seed,
         checkpoint_every=args.checkpoint_every, progress=not args.quiet and sys.stderr.isatty())
     try:

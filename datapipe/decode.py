@@ -1,9 +1,14 @@
 """CPU image decode with one RGB rule for every backend, and the converters' validator.
 
 The rule: EXIF orientation applied, CMYK/palette/alpha/16-bit converted to 8-bit RGB the way
-`to_rgb` does. Images any decoder reads the same way (8-bit RGB or grayscale JPEG/PNG without an
-EXIF rotation) are stored as their original bytes; every other image is stored as a lossless PNG of
-its `to_rgb` pixels, so DALI (nvJPEG, libjpeg-turbo) and PIL decode one record to the same pixels.
+`to_rgb` does. What is stored (`awkward`):
+- "original" (default): the original bytes of every JPEG (RGB, grayscale or CMYK, EXIF-rotated or
+  not) and PNG (RGB, grayscale, palette, RGBA); datapipe's backends apply the rule when they decode
+  (tested: DALI's decoders and `to_rgb` give the same pixels). Only images no backend reads by the
+  rule (16-bit, other modes, other formats) become lossless PNGs of their `to_rgb` pixels.
+- "png": every image that is not 8-bit RGB/grayscale without an EXIF rotation becomes a lossless RGB
+  PNG, so any other decoder (the webdataset library, a plain PIL `open`) reads it by the rule too:
+  bigger and slower to load (a CMYK JPEG decodes ~2x faster than its RGB PNG).
 """
 from __future__ import annotations
 
@@ -16,7 +21,11 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 EXIF_ORIENTATION = 0x0112
 PLAIN_MODES = ("RGB", "L")
+# modes whose original bytes every backend decodes by the rule (awkward="original")
+ORIGINAL_MODES = {"jpg": ("RGB", "L", "CMYK"), "png": ("RGB", "L", "P", "RGBA")}
+ROTATING = (5, 6, 7, 8)  # EXIF orientations that swap width and height
 VALIDATION = ("decode", "fast")
+AWKWARD = ("original", "png")
 _MAGIC = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG\r\n\x1a\n", "png"))
 
 
@@ -55,12 +64,19 @@ def to_rgb(img: Image.Image) -> Image.Image:
     return img if img.mode == "RGB" else img.convert("RGB")
 
 
-def _needs_conversion(img: Image.Image, ext: str | None) -> str:
+def exif_orientation(img: Image.Image) -> int:
+    """The EXIF orientation tag (1 = upright) of an opened image."""
+    return img.getexif().get(EXIF_ORIENTATION, 1) or 1
+
+
+def _needs_conversion(img: Image.Image, ext: str | None, awkward: str) -> str:
+    """'' when the original bytes are stored, else why the image becomes an RGB PNG."""
     if ext is None:
         return f"{img.format or 'unknown'} stored as PNG"
-    if img.mode not in PLAIN_MODES:
+    keep = ORIGINAL_MODES[ext] if awkward == "original" else PLAIN_MODES
+    if img.mode not in keep:
         return f"{img.mode} converted to RGB PNG"
-    if img.getexif().get(EXIF_ORIENTATION, 1) not in (0, 1):
+    if exif_orientation(img) != 1 and (awkward == "png" or ext == "png"):
         return "EXIF rotation applied, stored as PNG"
     return ""
 
@@ -119,16 +135,20 @@ def _check_jpeg_fast(data: bytes) -> None:
 
 
 def check_image(data: bytes, *, max_pixels: int | None = Image.MAX_IMAGE_PIXELS,
-                resize_max: int | None = None, quality: int = 90, validate: str = "decode") -> Checked:
+                resize_max: int | None = None, quality: int = 90, validate: str = "decode",
+                awkward: str = "original") -> Checked:
     """Validate encoded bytes and return what to store; BadImageError says why an input is unusable.
 
     validate="decode": a JPEG decodes at 1/8 scale in the DCT domain (entropy decoding still reads
     every byte, so truncation and broken entropy data are caught at a fraction of a full decode's
     cost). validate="fast": a JPEG's header is parsed and its end-of-image marker checked (catches
-    truncation, not corruption inside the data). Other formats always decode fully.
+    truncation, not corruption inside the data). Other formats always decode fully. `awkward`:
+    which images keep their original bytes (see the module docstring).
     """
     if validate not in VALIDATION:
         raise ValueError(f"validate must be one of {VALIDATION}, got {validate!r}")
+    if awkward not in AWKWARD:
+        raise ValueError(f"awkward must be one of {AWKWARD}, got {awkward!r}")
     img = open_image(data, max_pixels)
     try:
         if resize_max is not None:  # the re-encode decodes every byte: it is the validation too
@@ -136,22 +156,23 @@ def check_image(data: bytes, *, max_pixels: int | None = Image.MAX_IMAGE_PIXELS,
     except (OSError, SyntaxError, ValueError) as exc:
         raise BadImageError(f"corrupt or truncated: {exc}") from None
     ext = image_ext(data)
-    size = img.size
-    plain_jpeg = ext == "jpg" and img.mode in PLAIN_MODES
-    if plain_jpeg and validate == "fast":
+    width, height = img.size
+    if exif_orientation(img) in ROTATING:
+        width, height = height, width  # the size as the rule decodes it
+    jpeg = ext == "jpg" and img.mode in ORIGINAL_MODES["jpg"]
+    if jpeg and validate == "fast":
         _check_jpeg_fast(data)
-        converted = _needs_conversion(img, ext)
-        if not converted:
-            return Checked(data, ext, size[0], size[1], "")
+        if not _needs_conversion(img, ext, awkward):
+            return Checked(data, ext, width, height, "")
     try:
-        if plain_jpeg:
+        if jpeg:
             img.draft(img.mode, (max(1, img.width // 8), max(1, img.height // 8)))
         img.load()
     except (OSError, SyntaxError, ValueError) as exc:
         raise BadImageError(f"corrupt or truncated: {exc}") from None
-    converted = _needs_conversion(img, ext)
+    converted = _needs_conversion(img, ext, awkward)
     if not converted:
-        return Checked(data, ext, size[0], size[1], "")
+        return Checked(data, ext, width, height, "")
     img = to_rgb(Image.open(io.BytesIO(data)))
     return Checked(_encode(img, "PNG", compress_level=3), "png", img.width, img.height, converted)
 

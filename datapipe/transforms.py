@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from PIL import Image
 
 from . import jpeg_region
-from .decode import EXIF_ORIENTATION, open_image, to_rgb
+from .decode import exif_orientation, open_image, to_rgb
+from .orientation import orient, stored_box, upright_size
 
 _jpeg_region = jpeg_region.load()  # None where it was not built or fails its probe
 # DATAPIPE_REGION_DECODE=0 turns the region decoder off (whole-image decode), for A/B runs.
@@ -66,10 +67,14 @@ def sample_rng(seed: int, epoch: int, index: int) -> random.Random:
     return random.Random((seed * 1_000_003 + epoch) * 4_294_967_296 + index)
 
 
-def _plain_jpeg(data: bytes) -> tuple[int, int] | None:
-    """(width, height) when libjpeg-turbo may decode `data` straight to the RGB rule: a YCbCr or
-    grayscale JPEG within Pillow's pixel limit and without an EXIF rotation. Else None (Pillow
-    decodes it). Pillow is opened only when an EXIF segment exists."""
+JpegLayout = tuple[int, int, int]  # stored width, stored height, EXIF orientation
+
+
+def _jpeg_layout(data: bytes) -> JpegLayout | None:
+    """(stored width, stored height, EXIF orientation) when libjpeg-turbo may decode `data` straight
+    to the RGB rule (a YCbCr or grayscale JPEG within Pillow's pixel limit; the orientation is
+    applied to the decoded pixels). Else None: Pillow decodes it. Pillow is opened only when an EXIF
+    segment exists."""
     if not data.startswith(b"\xff\xd8\xff"):
         return None
     try:
@@ -78,9 +83,8 @@ def _plain_jpeg(data: bytes) -> tuple[int, int] | None:
         return None
     if colorspace not in ("YCbCr", "Gray") or width * height > Image.MAX_IMAGE_PIXELS:
         return None
-    if b"Exif\x00\x00" in data[:65536] and open_image(data).getexif().get(EXIF_ORIENTATION, 1) not in (0, 1):
-        return None
-    return width, height
+    orientation = exif_orientation(open_image(data)) if b"Exif\x00\x00" in data[:65536] else 1
+    return width, height, orientation
 
 
 def _dct_factor(scale: float) -> int:
@@ -91,36 +95,50 @@ def _dct_factor(scale: float) -> int:
     return factor
 
 
+def _view_factor(crop: Crop | None, width: int, height: int, size: int) -> int:
+    """The DCT scale denominator a view of a width x height (upright) image may decode at."""
+    need = max(size / crop.width, size / crop.height) if crop else eval_resize(size) / min(width, height)
+    return _dct_factor(need)
+
+
 def decode_view(data: bytes, size: int, *, train: bool, rng: random.Random | None = None) -> torch.Tensor:
     """Decode and crop-resize to a 3 x size x size uint8 tensor (the one RGB rule of datapipe.decode).
 
-    A plain JPEG goes straight to libjpeg-turbo, at 1/2, 1/4 or 1/8 scale in the DCT domain when
-    the view stays sharp. For the train view only the crop box is decoded (datapipe._jpeg_region,
-    where it was built); otherwise the whole image is (simplejpeg: the same pixels as Pillow,
-    measured ~1.5x faster). Anything else decodes through Pillow by the RGB rule. Resizing uses
-    torch's antialiased uint8 bilinear kernel (~1.7x faster than Pillow's). train: the crop box is
-    resized; eval: torchvision's order, the whole image resized to shorter side int(size / 0.875),
-    then an integer-centred crop.
+    A YCbCr or grayscale JPEG goes straight to libjpeg-turbo, at 1/2, 1/4 or 1/8 scale in the DCT
+    domain when the view stays sharp, and its EXIF orientation is applied to the decoded pixels.
+    For the train view only the crop box is decoded (datapipe._jpeg_region, where it was built);
+    otherwise the whole image is (simplejpeg: the same pixels as Pillow, measured ~1.5x faster).
+    Anything else decodes through Pillow by the RGB rule (a CMYK JPEG at the same DCT scale).
+    Resizing uses torch's antialiased uint8 bilinear kernel (~1.7x faster than Pillow's). train:
+    the crop box is resized; eval: torchvision's order, the whole image resized to shorter side
+    int(size / 0.875), then an integer-centred crop.
 
     Errors follow Pillow, which validated the records at conversion: libjpeg's corrupt-data warnings
     are ignored (libjpeg decodes past them), so every accepted record decodes, in every epoch and
     whatever its crop. A stream without its end marker is decoded strictly: a truncated file fails.
     """
-    plain = _plain_jpeg(data)
-    if plain:
-        width, height = plain
-        crop = random_resized_crop(width, height, rng or random.Random(0)) if train else None
-        need = max(size / crop.width, size / crop.height) if crop else eval_resize(size) / min(width, height)
-        factor = _dct_factor(need)
+    rng = rng or random.Random(0)
+    layout = _jpeg_layout(data)
+    if layout:
+        stored_width, stored_height, orientation = layout
+        width, height = upright_size(stored_width, stored_height, orientation)
+        crop = random_resized_crop(width, height, rng) if train else None
+        factor = _view_factor(crop, width, height, size)
         if crop and region_decoding(data):
-            return _decode_crop(data, crop, width, height, factor, size)
-        shrink = dict(min_width=math.ceil(width / factor), min_height=math.ceil(height / factor)) if factor > 1 else {}
-        pixels = simplejpeg.decode_jpeg(data, colorspace="RGB", buffer=_decode_buffer(width * height * 3),
+            return _decode_crop(data, crop, layout, factor, size)
+        shrink = dict(min_width=math.ceil(stored_width / factor),
+                      min_height=math.ceil(stored_height / factor)) if factor > 1 else {}
+        pixels = simplejpeg.decode_jpeg(data, colorspace="RGB", buffer=_decode_buffer(stored_width * stored_height * 3),
                                         strict=not ends_with_eoi(data), **shrink)
+        pixels = orient(pixels, orientation)
     else:
-        pixels = np.array(to_rgb(open_image(data)))
-        height, width = pixels.shape[:2]
-        crop = random_resized_crop(width, height, rng or random.Random(0)) if train else None
+        img = open_image(data)
+        width, height = upright_size(*img.size, exif_orientation(img))
+        crop = random_resized_crop(width, height, rng) if train else None
+        factor = _view_factor(crop, width, height, size)
+        if img.format == "JPEG" and factor > 1:  # CMYK: Pillow decodes at 1/factor too
+            img.draft(img.mode, (max(1, img.width // factor), max(1, img.height // factor)))
+        pixels = np.array(to_rgb(img))
     return resize_crop(pixels, crop, width, height, size) if crop else resize_center(pixels, size)
 
 
@@ -151,16 +169,19 @@ def region_decoding(data: bytes) -> bool:
     return _region_enabled and _jpeg_region is not None and ends_with_eoi(data)
 
 
-def _decode_crop(data: bytes, crop: Crop, width: int, height: int, factor: int, size: int) -> torch.Tensor:
-    """The train view from the crop box alone, decoded at 1/factor: the same pixels resize_crop
-    cuts from a whole-image decode (tested), less decode time (the decode suite of
-    `datapipe bench` times both)."""
-    scaled_width, scaled_height = math.ceil(width / factor), math.ceil(height / factor)
-    left, top, right, bottom = scaled_box(crop, width, height, scaled_width, scaled_height)
+def _decode_crop(data: bytes, crop: Crop, layout: JpegLayout, factor: int, size: int) -> torch.Tensor:
+    """The train view from the crop box alone, decoded at 1/factor and turned upright: the same
+    pixels resize_crop cuts from a whole-image decode (tested), less decode time (the decode suite
+    of `datapipe bench` times both)."""
+    stored_width, stored_height, orientation = layout
+    scaled = math.ceil(stored_width / factor), math.ceil(stored_height / factor)
+    box = scaled_box(crop, *upright_size(stored_width, stored_height, orientation),
+                     *upright_size(*scaled, orientation))
+    left, top, right, bottom = stored_box(box, orientation, *scaled)
     w, h = right - left, bottom - top
     buf = _decode_buffer(_jpeg_region.region_buffer_size(w, h))
     _jpeg_region.decode_region(data, factor, left, top, w, h, buf)
-    return _finish_crop(buf[:w * h * 3].reshape(h, w, 3), crop, size)
+    return _finish_crop(orient(buf[:w * h * 3].reshape(h, w, 3), orientation), crop, size)
 
 
 _BUFFERS = threading.local()
@@ -216,12 +237,11 @@ class ViewGeometry:
 def image_dims(data: bytes) -> tuple[int, int]:
     """(width, height) of an image as the RGB rule decodes it (EXIF rotation applied), from its
     header alone."""
-    plain = _plain_jpeg(data)
-    if plain:
-        return plain
+    layout = _jpeg_layout(data)
+    if layout:
+        return upright_size(*layout)
     img = open_image(data)
-    w, h = img.size
-    return (h, w) if img.getexif().get(EXIF_ORIENTATION, 1) in (5, 6, 7, 8) else (w, h)
+    return upright_size(*img.size, exif_orientation(img))
 
 
 def view_geometry(data: bytes, size: int, *, train: bool, rng: random.Random | None = None) -> ViewGeometry:

@@ -23,19 +23,39 @@ def test_plain_images_keep_their_original_bytes(train, name):
     assert checked.data == raw and checked.converted == "" and checked.ext == "jpg"
 
 
-@pytest.mark.parametrize("name", ["cat/cmyk.jpg", "cat/exif_rotated.jpg", "dog/rgba.png", "dog/palette.png",
-                                  "dog/gray16.png", "fish/palette_alpha.png"])
-def test_awkward_images_become_png_of_the_rgb_rule(train, name):
+AWKWARD_ORIGINALS = ["cat/cmyk.jpg", "cat/exif_rotated.jpg", "dog/rgba.png", "dog/palette.png",
+                     "fish/palette_alpha.png"]
+
+
+@pytest.mark.parametrize("name", AWKWARD_ORIGINALS)
+def test_awkward_images_keep_their_original_bytes_by_default(train, name):
+    """Every backend applies the RGB rule to these when decoding (tests/backends/test_views.py,
+    tests/test_transforms.py), so the converter stores them as they are."""
     raw = (train / name).read_bytes()
     checked = check_image(raw)
+    assert checked.data == raw and checked.converted == ""
+
+
+@pytest.mark.parametrize("name", AWKWARD_ORIGINALS + ["dog/gray16.png"])
+def test_awkward_images_become_png_of_the_rgb_rule_when_asked(train, name):
+    raw = (train / name).read_bytes()
+    checked = check_image(raw, awkward="png")
     assert checked.ext == "png" and checked.converted
     stored = Image.open(io.BytesIO(checked.data))
     assert stored.mode == "RGB"
     assert np.array_equal(np.asarray(stored), np.asarray(to_rgb(Image.open(io.BytesIO(raw)))))
 
 
-def test_exif_rotation_is_applied(train):
-    checked = check_image((train / "cat/exif_rotated.jpg").read_bytes())
+def test_images_no_backend_decodes_by_the_rule_still_become_png(train):
+    checked = check_image((train / "dog/gray16.png").read_bytes())
+    assert checked.ext == "png" and "converted" in checked.converted
+    with pytest.raises(ValueError, match="awkward must be one of"):
+        check_image((train / "cat/cat_000.jpg").read_bytes(), awkward="jpeg")
+
+
+@pytest.mark.parametrize("awkward", ["original", "png"])
+def test_exif_rotation_is_applied(train, awkward):
+    checked = check_image((train / "cat/exif_rotated.jpg").read_bytes(), awkward=awkward)
     assert (checked.width, checked.height) == (60, 80)  # stored 80x60, orientation 6 turns it upright
 
 

@@ -46,12 +46,13 @@ def test_plain_files_are_the_original_bytes(packed):
         assert by_path[name] == (IMAGEFOLDER / name).read_bytes()
 
 
-def test_awkward_files_decode_to_the_rgb_rule(packed):
+def test_awkward_files_are_stored_as_originals_or_pngs_of_the_rgb_rule(packed):
     ds = open_dataset(packed, "train")
     by_path = {ds.record(i).path: ds.record(i).data for i in range(len(ds))}
-    for name in ("train/cat/cmyk.jpg", "train/dog/gray16.png", "train/dog/rgba.png"):
-        stored = np.asarray(Image.open(io.BytesIO(by_path[name])))
-        assert np.array_equal(stored, np.asarray(to_rgb(Image.open(IMAGEFOLDER / name))))
+    for name in ("train/cat/cmyk.jpg", "train/cat/exif_rotated.jpg", "train/dog/rgba.png", "train/dog/palette.png"):
+        assert by_path[name] == (IMAGEFOLDER / name).read_bytes()  # the backends apply the rule
+    stored = np.asarray(Image.open(io.BytesIO(by_path["train/dog/gray16.png"])))
+    assert np.array_equal(stored, np.asarray(to_rgb(Image.open(IMAGEFOLDER / "train/dog/gray16.png"))))
 
 
 def test_classes_labels_and_skip_report(packed):
