@@ -152,3 +152,21 @@ def test_paths_with_braces_and_names_that_are_not_utf8(tmp_path):
         convert(src, dst, ConvertOptions(**QUIET))
         ds = open_dataset(str(dst))
         assert len(ds) == 4 and "cat/caf\\xe9.jpg" in {ds.record(i).path for i in range(len(ds))}
+
+
+def test_a_file_that_changes_after_validation_is_skipped_not_stored(tmp_path):
+    """The writer reads a validated original again (its bytes do not cross a pipe); what it reads
+    must be what the worker checked."""
+    from converters.pack import _init_worker, _prepare, _stored_bytes
+    from converters.plan import Task
+    from datapipe.decode import BadImageError
+
+    path = tmp_path / "a.jpg"
+    shutil.copy(IMAGEFOLDER / "train/cat/cat_000.jpg", path)
+    task = Task("train", str(path), "a.jpg", "a", 0)
+    _init_worker({})
+    payload, digest = _prepare((task.path, task.key, task.label))
+    assert payload is True and _stored_bytes(task, payload, digest) == path.read_bytes()
+    path.write_bytes((IMAGEFOLDER / "train/cat/cat_001.jpg").read_bytes())
+    with pytest.raises(BadImageError, match="changed while it was being converted"):
+        _stored_bytes(task, payload, digest)
