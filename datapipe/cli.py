@@ -50,7 +50,9 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
                         "other decoder reads by the rule (bigger, slower to load)")
     p.add_argument("--resize-max", type=int, metavar="N", help="re-encode as JPEG, shorter side at most N")
     p.add_argument("--quality", type=int, default=90, help="JPEG quality with --resize-max (default 90)")
-    p.add_argument("--shard-size", type=parse_size, default="256MB", help="WebDataset shard size (default 256MB)")
+    p.add_argument("--shard-size", type=parse_size, default=None,
+                   help="WebDataset shard size (default: the input's size / 128, within 16MiB..256MiB, so "
+                        "readers that give each worker whole shards have enough of them)")
     p.add_argument("--labels", metavar="CSV", help="flat folder: CSV of filename,class rows")
     p.add_argument("--layout", choices=["auto", "classes", "splits"], default="auto",
                    help="SRC/CLASS/* (classes) or SRC/SPLIT/CLASS/* (splits); auto looks for train/val")

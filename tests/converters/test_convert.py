@@ -170,3 +170,14 @@ def test_a_file_that_changes_after_validation_is_skipped_not_stored(tmp_path):
     path.write_bytes((IMAGEFOLDER / "train/cat/cat_001.jpg").read_bytes())
     with pytest.raises(BadImageError, match="changed while it was being converted"):
         _stored_bytes(task, identity)
+
+
+def test_default_shard_size_gives_every_dataset_enough_shards(tmp_path):
+    from converters.pack import auto_shard_bytes
+
+    assert 350e6 / auto_shard_bytes(350_000_000) > 20  # the 350 MB set: 2 shards at 256 MB
+    assert 128 <= 10e9 / auto_shard_bytes(10_000_000_000) < 130
+    assert auto_shard_bytes(140_000_000_000) == 256 << 20 and auto_shard_bytes(1000) == 16 << 20
+    dst = tmp_path / "auto.wds"
+    convert(IMAGEFOLDER, dst, ConvertOptions(**QUIET))
+    assert read_manifest(dst).arguments["shard_bytes"] == 16 << 20  # resolved, recorded for --resume
