@@ -67,6 +67,16 @@ def make(out: Path, per_class: int, size: tuple[int, int], seed: int, extras: bo
     return count
 
 
+def clear_output(out: Path, overwrite: bool) -> bool:
+    """Remove an existing output folder if --overwrite was given; False (and a message) if not."""
+    if out.exists():
+        if not overwrite:
+            print(f"{out} exists; pass --overwrite to rebuild it", file=sys.stderr)
+            return False
+        shutil.rmtree(out)
+    return True
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
@@ -77,11 +87,8 @@ def main() -> int:
     parser.add_argument("--no-extras", action="store_true",
                         help="leave out the awkward and bad fixture files (for benchmarking folders)")
     args = parser.parse_args()
-    if args.out.exists():
-        if not args.overwrite:
-            print(f"{args.out} exists; pass --overwrite to rebuild it", file=sys.stderr)
-            return 2
-        shutil.rmtree(args.out)
+    if not clear_output(args.out, args.overwrite):
+        return 2
     w, h = (int(v) for v in args.size.lower().split("x"))
     n = make(args.out, args.per_class, (w, h), args.seed, extras=not args.no_extras)
     extras = "" if args.no_extras else f" (+{len(EXTRAS)} awkward/bad fixture files)"

@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tools.make_sample import FIXTURES, base_pictures, sample_image  # noqa: E402
+from tools.make_sample import FIXTURES, base_pictures, clear_output, sample_image  # noqa: E402
 
 BAD = ("cat/truncated.jpg", "dog/empty.jpg", "dog/text.jpg", "fish/bomb.png")
 ASPECTS = (4 / 3, 3 / 4, 1.0, 3 / 2, 16 / 9, 2 / 3)
@@ -96,11 +96,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     args = parser.parse_args()
-    if args.out.exists():
-        if not args.overwrite:
-            print(f"{args.out} exists; pass --overwrite to rebuild it", file=sys.stderr)
-            return 2
-        shutil.rmtree(args.out)
+    if not clear_output(args.out, args.overwrite):
+        return 2
     n = make(args.out, args.images, args.seed)
     print(f"wrote {n} images (+{len(BAD)} bad files) to {args.out}")
     return 0

@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import time
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -102,7 +103,8 @@ class ShardCache:
         if target is None:
             with locked(self.root / ".locks" / f"{self.folder.name}-{name}.lock"):
                 target = self.cached(name, size) or self._download(name, size, sha256)
-        os.utime(target)
+        now = time.time_ns()  # not os.utime(target): the kernel's coarse clock ties files used ms apart
+        os.utime(target, ns=(now, now))
         return str(target)
 
     def _download(self, name: str, size: int | None, sha256: str | None) -> Path:
