@@ -19,11 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from .orientation import upright_size
+
 EXIF_ORIENTATION = 0x0112
 PLAIN_MODES = ("RGB", "L")
 # modes whose original bytes every backend decodes by the rule (awkward="original")
 ORIGINAL_MODES = {"jpg": ("RGB", "L", "CMYK"), "png": ("RGB", "L", "P", "RGBA")}
-ROTATING = (5, 6, 7, 8)  # EXIF orientations that swap width and height
 VALIDATION = ("decode", "fast")
 AWKWARD = ("original", "png")
 _MAGIC = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG\r\n\x1a\n", "png"))
@@ -67,6 +68,11 @@ def to_rgb(img: Image.Image) -> Image.Image:
 def exif_orientation(img: Image.Image) -> int:
     """The EXIF orientation tag (1 = upright) of an opened image."""
     return img.getexif().get(EXIF_ORIENTATION, 1) or 1
+
+
+def upright_image_size(img: Image.Image) -> tuple[int, int]:
+    """(width, height) of an opened image as the rule decodes it (EXIF rotation applied)."""
+    return upright_size(*img.size, exif_orientation(img))
 
 
 def _needs_conversion(img: Image.Image, ext: str | None, awkward: str) -> str:
@@ -156,9 +162,7 @@ def check_image(data: bytes, *, max_pixels: int | None = Image.MAX_IMAGE_PIXELS,
     except (OSError, SyntaxError, ValueError) as exc:
         raise BadImageError(f"corrupt or truncated: {exc}") from None
     ext = image_ext(data)
-    width, height = img.size
-    if exif_orientation(img) in ROTATING:
-        width, height = height, width  # the size as the rule decodes it
+    width, height = upright_image_size(img)
     jpeg = ext == "jpg" and img.mode in ORIGINAL_MODES["jpg"]
     if jpeg and validate == "fast":
         _check_jpeg_fast(data)

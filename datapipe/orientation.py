@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .decode import ROTATING
-
+ROTATING = (5, 6, 7, 8)  # EXIF orientations that swap width and height
 Box = tuple[int, int, int, int]  # left, top, right, bottom (right and bottom exclusive)
 
 

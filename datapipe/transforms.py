@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from . import jpeg_region
-from .decode import exif_orientation, open_image, to_rgb
+from .decode import exif_orientation, open_image, to_rgb, upright_image_size
 from .orientation import orient, stored_box, upright_size
 
 _jpeg_region = jpeg_region.load()  # None where it was not built or fails its probe
@@ -133,7 +133,7 @@ def decode_view(data: bytes, size: int, *, train: bool, rng: random.Random | Non
         pixels = orient(pixels, orientation)
     else:
         img = open_image(data)
-        width, height = upright_size(*img.size, exif_orientation(img))
+        width, height = upright_image_size(img)
         crop = random_resized_crop(width, height, rng) if train else None
         factor = _view_factor(crop, width, height, size)
         if img.format == "JPEG" and factor > 1:  # CMYK: Pillow decodes at 1/factor too
@@ -241,7 +241,7 @@ def image_dims(data: bytes) -> tuple[int, int]:
     if layout:
         return upright_size(*layout)
     img = open_image(data)
-    return upright_size(*img.size, exif_orientation(img))
+    return upright_image_size(img)
 
 
 def view_geometry(data: bytes, size: int, *, train: bool, rng: random.Random | None = None) -> ViewGeometry:

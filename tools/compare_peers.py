@@ -34,7 +34,8 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 def image_files(folder: Path) -> list[tuple[Path, int]]:
-    """(path, label) of every image file under folder/train, classes sorted, bad files included."""
+    """(path, label) of every image file under folder/train, classes sorted, bad files included.
+    (Not datapipe.scan: this runs in the peers' venv too, where importing datapipe needs h5py.)"""
     classes = sorted(p.name for p in (folder / "train").iterdir() if p.is_dir())
     return [(p, label) for label, c in enumerate(classes)
             for p in sorted((folder / "train" / c).rglob("*")) if p.suffix.lower() in IMAGE_SUFFIXES]
