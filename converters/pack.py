@@ -1,8 +1,10 @@
 """`convert`: read and validate images in parallel, write them through datapipe.formats, finish atomically.
 
-Workers read and check files (datapipe.decode.check_image); the main process writes in plan order,
-so the output is identical for any number of workers and after any --resume. Every
-`checkpoint_every` files the writer makes its data durable and then the progress file is replaced.
+`.wds` is written shard by shard by parallel tasks (`converters.sharded`, on the local or the Ray
+engine). LMDB and HDF5 are single files with one writer: workers read and check files
+(datapipe.decode.check_image) and the main process writes them in plan order, so the output is
+identical for any number of workers and after any --resume; every `checkpoint_every` files the
+writer makes its data durable and then the progress file is replaced.
 """
 from __future__ import annotations
 
@@ -24,8 +26,13 @@ from datapipe.records import Manifest, Record, SplitInfo, record_digest
 from datapipe.resources import cpus_per_rank
 from datapipe.storage import is_url
 
+from .engines import ENGINES, make_engine
+from .errors import ConvertError, StrictStop
 from .plan import Plan, Task, make_plan
+from .sharded import ShardedResult, write_shards
+from .shards import ShardContext
 from .staging import Progress, mismatched_arguments, publish, remove
+from .targets import FolderTarget, Target
 
 log = logging.getLogger(__name__)
 MIN_AUTO_SHARD, MAX_AUTO_SHARD, TARGET_SHARDS = 16 << 20, 256 << 20, 128
@@ -38,10 +45,6 @@ def auto_shard_bytes(input_bytes: int) -> int:
     the webdataset library read it at 419 img/s against 557 with 32 MB shards (issue #12). ImageNet
     (~140 GB) still gets 256 MiB shards (~550 of them)."""
     return min(MAX_AUTO_SHARD, max(MIN_AUTO_SHARD, (input_bytes // TARGET_SHARDS) >> 20 << 20))
-
-
-class ConvertError(ValueError):
-    """A conversion that cannot go on; the message says which file or option and what to do."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class ConvertOptions:
     seed: int = 0
     checkpoint_every: int = 1000
     progress: bool = True
+    engine: str = "local"  # .wds only: "local" (this machine's cores) or "ray" (a Ray cluster)
+    ray_address: str | None = None  # --engine ray: "auto", HOST:PORT, or None for a local Ray
 
     def __post_init__(self) -> None:
         if self.validate not in VALIDATION:
@@ -80,6 +85,15 @@ class ConvertOptions:
             raise ValueError(f"shard size must be at least 64KiB, got {self.shard_bytes} bytes")
         if self.checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {self.checkpoint_every}")
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.ray_address is not None and self.engine != "ray":
+            raise ValueError("a Ray address only applies with engine='ray' (--engine ray)")
+
+    @property
+    def checks(self) -> dict[str, Any]:
+        """check_image's options: how to validate and what to store."""
+        return dict(resize_max=self.resize_max, quality=self.quality, validate=self.validate, awkward=self.awkward)
 
     def content_arguments(self, spec: FormatSpec) -> dict[str, Any]:
         sharded = {"shard_bytes": self.shard_bytes, "seed": self.seed} if spec.sharded else {}
@@ -157,8 +171,7 @@ def _stored_bytes(task: Task, payload: bytes | tuple[int, ...]) -> bytes:
 
 def _results(tasks: list[Task], workers: int, options: ConvertOptions) -> Iterator[Result]:
     jobs = [(t.path, t.key, t.label) for t in tasks]
-    checks = dict(resize_max=options.resize_max, quality=options.quality, validate=options.validate,
-                  awkward=options.awkward)
+    checks = options.checks
     if workers == 1:
         _init_worker(checks)
         yield from map(_prepare, jobs)
@@ -207,6 +220,30 @@ def _check_destination(src: Path, dst: Path, staging: Path, options: ConvertOpti
                            "or --overwrite to start over")
 
 
+def prepare(src: str | Path, spec: FormatSpec, options: ConvertOptions) -> tuple[Plan, ConvertOptions]:
+    """The plan of what will be written, and the options with the shard size resolved; refuses what
+    cannot be done (--strict with files the scan rejected, Ray with a single-writer format)."""
+    if options.engine == "ray" and not spec.sharded:
+        raise ConvertError(f"--engine ray writes .wds only: {spec.name} is a single file with one writer. "
+                           "Convert to .wds (shards written in parallel on the cluster), or use --engine local")
+    plan = make_plan(src, labels=options.labels, layout=options.layout, split=options.split,
+                     shuffle_seed=options.seed if spec.sharded else None)
+    rejected = [bad for bads in plan.skipped.values() for bad in bads]
+    if options.strict and rejected:
+        raise StrictStop(f"{rejected[0]['path']}: {rejected[0]['reason']} (--strict stops at the first bad file)")
+    if options.shard_bytes is None:
+        options = replace(options, shard_bytes=auto_shard_bytes(plan.input_bytes))
+    return plan, options
+
+
+def run_sharded(src: Path, target: Target, plan: Plan, spec: FormatSpec, options: ConvertOptions) -> ShardedResult:
+    """Write a .wds dataset's shards, offsets and manifest into `target` on the chosen engine."""
+    ctx = ShardContext(target, options.checks, plan.fingerprint, options.content_arguments(spec), options.strict)
+    engine = make_engine(options.engine, workers=options.workers or cpus_per_rank(), ray_address=options.ray_address)
+    return write_shards(plan, ctx, engine, shard_bytes=options.shard_bytes,
+                        resume=options.resume, progress=options.progress, fmt=spec.name, source=str(src))
+
+
 def convert(src: str | Path, dst: str | Path, options: ConvertOptions = ConvertOptions()) -> ConvertReport:
     """Pack the image folder `src` into `dst` (format from its suffix or options.format); `dst` may be
     an object-store URL (s3://, gs://, az://) for .wds."""
@@ -218,19 +255,15 @@ def convert(src: str | Path, dst: str | Path, options: ConvertOptions = ConvertO
     spec = format_for(dst, options.format)
     staging = staging_path(dst)
     _check_destination(src, dst, staging, options)
-    plan = make_plan(src, labels=options.labels, layout=options.layout, split=options.split,
-                     shuffle_seed=options.seed if spec.sharded else None)
-    rejected = [bad for bads in plan.skipped.values() for bad in bads]
-    if options.strict and rejected:
-        raise ConvertError(f"{rejected[0]['path']}: {rejected[0]['reason']} (--strict stops at the first bad file)")
-    if options.shard_bytes is None:
-        options = replace(options, shard_bytes=auto_shard_bytes(plan.input_bytes))
+    plan, options = prepare(src, spec, options)
     dst.parent.mkdir(parents=True, exist_ok=True)
+    if spec.sharded:
+        return _convert_sharded(src.resolve(), dst, staging, plan, spec, options)
     writer, progress = _start(src, dst, options, spec, plan, staging)
     started = time.perf_counter()
     try:
         processed = _write_all(plan, writer, progress, staging, options)
-    except ConvertError:  # --strict: nothing worth resuming
+    except StrictStop:  # nothing worth resuming
         writer.abort()
         remove(staging)
         raise
@@ -244,6 +277,20 @@ def convert(src: str | Path, dst: str | Path, options: ConvertOptions = ConvertO
     writer.close(manifest)
     publish(writer.payload, staging, dst)
     return ConvertReport(dst, spec.name, progress.splits, seconds, processed)
+
+
+def _convert_sharded(src: Path, dst: Path, staging: Path, plan: Plan, spec: FormatSpec,
+                     options: ConvertOptions) -> ConvertReport:
+    if not (options.resume and staging.is_dir()):
+        remove(staging)
+    staging.mkdir(parents=True, exist_ok=True)
+    try:
+        result = run_sharded(src, FolderTarget(staging), plan, spec, options)
+    except StrictStop:
+        remove(staging)
+        raise
+    publish(staging, staging, dst)
+    return ConvertReport(dst, spec.name, result.splits, result.seconds, result.processed)
 
 
 def _write_all(plan: Plan, writer: Any, progress: Progress, staging: Path, options: ConvertOptions) -> int:
@@ -263,7 +310,7 @@ def _write_all(plan: Plan, writer: Any, progress: Progress, staging: Path, optio
             if data is None:
                 reason = digest_or_reason
                 if options.strict:
-                    raise ConvertError(f"{task.path}: {reason} (--strict stops at the first bad file)")
+                    raise StrictStop(f"{task.path}: {reason} (--strict stops at the first bad file)")
                 log.debug("skipping %s: %s", task.path, reason)
                 info.skipped.append({"path": task.relpath, "reason": reason})
             else:

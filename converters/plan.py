@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import random
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ class Task:
     relpath: str
     key: str
     label: int
-
+    size: int = 0  # bytes on disk when planned
 
 @dataclass(frozen=True)
 class Plan:
@@ -53,7 +54,7 @@ def plan_from_layout(layout: FolderLayout, *, shuffle_seed: int | None) -> Plan:
             size = os.stat(f.path).st_size
             total += size
             digest.update(f"{split}\0{f.relpath}\0{f.label}\0{size}\n".encode())
-            tasks.append(Task(split, str(f.path), f.relpath, f.key, f.label))
+            tasks.append(Task(split, str(f.path), f.relpath, f.key, f.label, size))
     digest.update("\0".join(layout.classes.classes).encode())
     skipped = {s: list(layout.skipped.get(s, [])) for s in _ordered_splits(list(layout.splits))}
     return Plan(list(layout.classes.classes), tasks, skipped, total, digest.hexdigest())
@@ -67,3 +68,44 @@ def make_plan(src: str | Path, *, labels: str | Path | None = None, layout: str 
     else:
         scanned = scan_folder(src, layout=layout, split=split or "train")
     return plan_from_layout(scanned, shuffle_seed=shuffle_seed)
+
+
+RECORD_OVERHEAD = 7 * 512  # a .wds sample's four tar headers and three small padded members
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """One output shard fixed before any work starts: consecutive tasks of one split. `first` is the
+    plan position (within the split) of its first task; a record's position is its id in the shard
+    even when files before it turn out bad, so shards can be written in any order, anywhere."""
+
+    split: str
+    number: int
+    first: int
+    tasks: tuple[Task, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.split}-{self.number:06d}"
+
+    @property
+    def planned_bytes(self) -> int:
+        return sum(t.size + RECORD_OVERHEAD for t in self.tasks)
+
+
+def shard_jobs(plan: Plan, shard_bytes: int) -> list[ShardJob]:
+    """Cut each split's tasks, in plan order, into shards of at most `shard_bytes` of input (each
+    file's size plus its tar overhead; a larger file gets a shard of its own). Input sizes decide,
+    not output sizes, so every engine and every retry cuts the same shards."""
+    jobs: list[ShardJob] = []
+    for split, group in itertools.groupby(plan.tasks, key=lambda t: t.split):
+        tasks, cuts, total = list(group), [0], 0
+        for i, task in enumerate(tasks):
+            size = task.size + RECORD_OVERHEAD
+            if i > cuts[-1] and total + size > shard_bytes:
+                cuts.append(i)
+                total = 0
+            total += size
+        bounds = zip(cuts, cuts[1:] + [len(tasks)])
+        jobs += [ShardJob(split, n, a, tuple(tasks[a:b])) for n, (a, b) in enumerate(bounds)]
+    return jobs

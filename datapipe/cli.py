@@ -59,7 +59,13 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", help="split name for a single-split source (default train; val with --labels)")
     p.add_argument("--seed", type=int, default=0, help="seed of the WebDataset write-time shuffle")
     p.add_argument("--checkpoint-every", type=int, default=1000, metavar="N",
-                   help="files between resumable checkpoints (default 1000)")
+                   help="LMDB/HDF5: files between resumable checkpoints (default 1000; .wds resumes by shard)")
+    p.add_argument("--engine", choices=["local", "ray"], default="local",
+                   help=".wds: build shards on this machine's cores (local) or as tasks on a Ray cluster "
+                        "(ray; pip install 'datapipe[ray]'; SRC and DST on a filesystem every node mounts, "
+                        "or DST a URL)")
+    p.add_argument("--ray-address", metavar="auto|HOST:PORT",
+                   help="the Ray cluster to use (default: a running one named by RAY_ADDRESS, else a local Ray)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=_run_convert)
 
@@ -71,7 +77,8 @@ def _run_convert(args: argparse.Namespace) -> int:
         format=args.format, workers=args.workers, overwrite=args.overwrite, resume=args.resume,
         strict=args.strict, validate=args.validate, awkward=args.awkward, resize_max=args.resize_max, quality=args.quality, shard_bytes=args.shard_size,
         labels=args.labels, layout=args.layout, split=args.split, seed=args.seed,
-        checkpoint_every=args.checkpoint_every, progress=not args.quiet and sys.stderr.isatty())
+        checkpoint_every=args.checkpoint_every, progress=not args.quiet and sys.stderr.isatty(),
+        engine=args.engine, ray_address=args.ray_address)
     try:
         report = convert(args.src, args.dst, options)
     except KeyboardInterrupt:

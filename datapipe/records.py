@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 MANIFEST_NAME = "manifest.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: a .wds record's .i64 holds its plan position (skipped files keep theirs)
+READABLE_VERSIONS = (1, 2)
 CHAIN_START = "0" * 64
 
 
@@ -129,9 +130,9 @@ class Manifest:
             raise ValueError(f"{source} holds a JSON {type(body).__name__}, not a manifest object; "
                              "the dataset is damaged, re-convert it")
         version = body.get("version")
-        if version != MANIFEST_VERSION:
+        if version not in READABLE_VERSIONS:
             raise ValueError(
-                f"{source} has manifest version {version!r}; this datapipe reads version {MANIFEST_VERSION}. "
+                f"{source} has manifest version {version!r}; this datapipe reads versions {READABLE_VERSIONS}. "
                 "Re-convert the dataset with this version or install the datapipe that wrote it."
             )
         body.pop("errors", None)

@@ -1,8 +1,9 @@
 """WebDataset shards: `{split}-{NNNNNN}.tar` (USTAR, fixed mtime) plus a DALI index `.idx` per shard.
 
 Each sample is four members in this order: `KEY.cls` (ASCII label), `KEY.jpg|png` (the bytes),
-`KEY.i64` (record index and label as two little-endian int64: DALI reads them with
-dtypes=INT64, as it cannot parse `.cls` digits), `KEY.json` (key, label, original path, sha256). The
+`KEY.i64` (record position and label as two little-endian int64: DALI reads them with
+dtypes=INT64, as it cannot parse `.cls` digits; the position is the record's index unless the
+converter rejected files before it, see `RecordPositions`), `KEY.json` (key, label, original path, sha256). The
 `webdataset` library and DALI's `readers.webdataset` read the shards unchanged.
 
 This module reads them by random access: `{split}.offsets.npy` holds where each sample starts in its
@@ -90,6 +91,23 @@ def load_offsets(location: Location, split: str, info: SplitInfo) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
+class RecordPositions:
+    """Dataset index -> record position, the id a record's `.i64` holds: its slot in the conversion
+    plan. Files the converter rejected keep their slot (the manifest's `skipped` entries carry it as
+    `position`), so shards can be written in any order; with none rejected, position == index."""
+
+    def __init__(self, skipped: list[dict[str, Any]]) -> None:
+        self._gaps = np.array(sorted(int(s["position"]) for s in skipped if "position" in s), dtype=np.int64)
+        self._shifted = self._gaps - np.arange(len(self._gaps))  # gap k sits after (gap - k) kept records
+
+    def __call__(self, index: int) -> int:
+        return index + int(np.searchsorted(self._shifted, index, side="right"))
+
+    def index(self, position: int) -> int:
+        """The dataset index of the record at `position` (what DALI's readers.webdataset reads from .i64)."""
+        return position - int(np.searchsorted(self._gaps, position))
+
+
 class WdsDataset(Dataset):
     """Random access into this project's shards: one pread per sample, shards opened through an LRU."""
 
@@ -104,6 +122,7 @@ class WdsDataset(Dataset):
             raise ValueError(f"{path}: the index of split {split!r} lists {len(self.index)} samples, "
                              f"the manifest {info.samples}; run `datapipe verify` or re-convert")
         self._shards = info.shards
+        self.positions = RecordPositions(info.skipped)
         self._files = PerProcess(functools.partial(ShardFiles, self._local_shard))
 
     def _local_shard(self, number: int) -> str:
@@ -136,13 +155,14 @@ class WdsDataset(Dataset):
                              "the shard is damaged")
         raw = parts["i64"][1]
         stored = np.frombuffer(raw, dtype="<i8").tolist() if len(raw) == 16 else raw
-        if stored != [index, record.label]:  # DALI's readers.webdataset takes its labels from here
-            raise ValueError(f"{shard}: {record.key}.i64 says (index, label) = {stored}, the record is "
-                             f"{[index, record.label]}; the shard is damaged")
+        expected = [self.positions(index), record.label]
+        if stored != expected:  # DALI's readers.webdataset takes its labels from here
+            raise ValueError(f"{shard}: {record.key}.i64 says (position, label) = {stored}, the record is "
+                             f"{expected}; the shard is damaged")
         return record
 
 
-class _Shard:
+class ShardFile:
     """The open shard of one split: its file, its index lines so far, its byte and sample counts."""
 
     def __init__(self, folder: Path, split: str, number: int, offset: int = 0, lines: list[str] | None = None):
@@ -160,6 +180,13 @@ class _Shard:
         self.lines = list(lines or [])
         self.offset = offset
 
+    def add_record(self, position: int, record: Record) -> None:
+        """Append a record as its four members; `position` is its record id (see `RecordPositions`)."""
+        ext = image_ext(record.data) or "jpg"  # stored bytes are JPEG or PNG (datapipe.decode decides)
+        self.add(record.key, [("cls", str(record.label).encode()), (ext, record.data),
+                              ("i64", np.array([position, record.label], dtype="<i8").tobytes()),
+                              ("json", record_meta(record))])
+
     def add(self, key: str, members: list[tuple[str, bytes]]) -> None:
         """Append one sample's members in one write; note each member's data offset for the index."""
         fields, parts = [], []
@@ -172,6 +199,11 @@ class _Shard:
         self.file.write(blob)
         self.digest.update(blob)
         self.lines.append(" ".join(fields))
+
+    def discard(self) -> None:
+        """Close and delete a shard that received no sample."""
+        self.file.close()
+        self.path.unlink()
 
     def finish(self) -> dict[str, Any]:
         self.file.write(b"\0" * END_OF_ARCHIVE)
@@ -193,20 +225,17 @@ class WdsWriter(Writer):
     def __init__(self, staging: Path, *, size_hint: int, shard_bytes: int) -> None:
         super().__init__(staging, size_hint=size_hint, shard_bytes=shard_bytes)
         self.shard_bytes = shard_bytes
-        self._open: dict[str, _Shard] = {}
+        self._open: dict[str, ShardFile] = {}
         self.shards: dict[str, list[dict[str, Any]]] = {}
 
     def write(self, split: str, index: int, record: Record) -> None:
-        ext = image_ext(record.data) or "jpg"  # stored bytes are JPEG or PNG (datapipe.decode decides)
-        members = [("cls", str(record.label).encode()), (ext, record.data),
-                   ("i64", np.array([index, record.label], dtype="<i8").tobytes()), ("json", record_meta(record))]
         shard = self._open.get(split)
         if shard is not None and shard.lines and shard.offset + len(record.data) > self.shard_bytes:
             self.shards.setdefault(split, []).append(shard.finish())
             shard = None
         if shard is None:
-            shard = self._open[split] = _Shard(self.staging, split, len(self.shards.get(split, [])))
-        shard.add(record.key, members)
+            shard = self._open[split] = ShardFile(self.staging, split, len(self.shards.get(split, [])))
+        shard.add_record(index, record)
 
     def checkpoint(self) -> dict[str, Any]:
         state: dict[str, Any] = {"closed": self.shards, "open": {}}
@@ -219,7 +248,7 @@ class WdsWriter(Writer):
     def restore(self, state: dict[str, Any], counts: dict[str, int]) -> None:
         self.shards = {k: list(v) for k, v in state.get("closed", {}).items()}
         for split, o in state.get("open", {}).items():
-            self._open[split] = _Shard(self.staging, split, o["number"], o["offset"], o["lines"])
+            self._open[split] = ShardFile(self.staging, split, o["number"], o["offset"], o["lines"])
         live = {s["name"] for shards in self.shards.values() for s in shards} | {o.name for o in self._open.values()}
         for stray in self.staging.glob("*.tar"):  # shards begun after the checkpoint
             if stray.name not in live:
@@ -245,12 +274,17 @@ def write_offsets(folder: Path, split: str, shards: list[dict[str, Any]]) -> dic
     """`{split}.offsets.npy` from the shards' `.idx` files (once, when the conversion finishes);
     returns its manifest entry (name, bytes, sha256)."""
     parts = [sample_starts((folder / idx_name(s["name"])).read_text(encoding="ascii")) for s in shards]
+    name, blob = offsets_file(split, parts)
+    (folder / name).write_bytes(blob)
+    return {"name": name, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
+
+
+def offsets_file(split: str, starts: list[np.ndarray] | list[list[int]]) -> tuple[str, bytes]:
+    """The name and bytes of a split's offsets file, from each shard's sample starts in order."""
     buffer = io.BytesIO()
+    parts = [np.asarray(s, dtype=np.int64) for s in starts]
     np.save(buffer, np.concatenate(parts) if parts else np.zeros(0, np.int64))
-    blob = buffer.getvalue()
-    target = folder / offsets_name(split)
-    target.write_bytes(blob)
-    return {"name": target.name, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
+    return offsets_name(split), buffer.getvalue()
 
 
 read_manifest = read_dir_manifest

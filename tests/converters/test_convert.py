@@ -138,7 +138,7 @@ def test_verify_checks_the_i64_member_dali_reads_labels_from(packed_wds, tmp_pat
         fh.seek(offset)
         fh.write(np.array([index, (label + 1) % 3], dtype="<i8").tobytes())
     report = verify(copy, progress=False)
-    assert not report.ok and f"record {index}" in report.problems[0] and ".i64 says" in report.problems[0]
+    assert not report.ok and f".i64 says (position, label) = [{index}, {(label + 1) % 3}]" in report.problems[0]
 
 
 def test_paths_with_braces_and_names_that_are_not_utf8(tmp_path):

@@ -1,0 +1,117 @@
+"""`convert` to `.wds`: fix every shard's files before work starts, write whole shards in parallel on
+an engine (local processes or Ray), then merge their record lists into the offsets files and the
+manifest, written last.
+
+No process writes another's shard and the driver touches no image bytes, so a conversion scales
+with the cores (or nodes) that build shards; the output depends only on the plan and the options,
+never on the engine, the number of workers or the order shards finish in.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from tqdm import tqdm
+
+from datapipe.formats.wds import offsets_file
+from datapipe.records import MANIFEST_NAME, Manifest, SplitInfo, chain_digest
+
+from .engines import Engine
+from .errors import ConvertError
+from .plan import Plan, ShardJob, shard_jobs
+from .shards import ShardContext, ShardRecords
+from .staging import mismatched_arguments
+from .targets import LIST_SUFFIX, Target
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ShardedResult:
+    splits: dict[str, SplitInfo]
+    seconds: float
+    processed: int
+
+
+def finished_shards(target: Target, jobs: list[ShardJob], plan: Plan, arguments: dict[str, Any]) -> dict[str, ShardRecords]:
+    """The shards an interrupted run committed whole: a record list made by this plan with these
+    options, and its shard files present at their recorded sizes. Others are built again."""
+    listing = target.listing()
+    done: dict[str, ShardRecords] = {}
+    for job in jobs:
+        name = job.name + LIST_SUFFIX
+        if name not in listing:
+            continue
+        try:
+            records = ShardRecords.from_json(target.read_text(name))
+        except (ValueError, TypeError) as exc:
+            log.warning("%s is damaged (%s); building that shard again", target.describe(name), exc)
+            continue
+        diff = mismatched_arguments(records.arguments, arguments)
+        if diff:
+            raise ConvertError(f"--resume with other options than the interrupted run ({'; '.join(diff)}); "
+                               "pass the same options, or --overwrite to start over")
+        if records.plan != plan.fingerprint:
+            raise ConvertError("the source changed since the interrupted conversion; --overwrite starts over")
+        if all(listing.get(f) == size for f, size in records.files.items()):
+            done[job.name] = records
+    return done
+
+
+def write_shards(plan: Plan, ctx: ShardContext, engine: Engine, *, shard_bytes: int, resume: bool,
+                 progress: bool, fmt: str, source: str) -> ShardedResult:
+    """Build every shard not already committed, then the offsets files and the manifest (last);
+    the record lists are deleted once the manifest is written."""
+    jobs = shard_jobs(plan, shard_bytes)
+    done = finished_shards(ctx.target, jobs, plan, ctx.arguments) if resume else {}
+    if done:
+        log.info("resuming: %d of %d shards are complete", len(done), len(jobs))
+    ctx.target.clear_scratch()
+    todo = [job for job in jobs if job.name not in done]
+    started = time.perf_counter()
+    bar = tqdm(total=len(plan.tasks), initial=sum(r.processed for r in done.values()), unit="img",
+               disable=not progress, dynamic_ncols=True, smoothing=0.05)
+    stored = [0]
+
+    def tick(files: int, nbytes: int) -> None:
+        stored[0] += nbytes
+        bar.update(files)
+        bar.set_postfix_str(f"{stored[0] / 1e6 / max(time.perf_counter() - started, 1e-9):.1f} MB/s", refresh=False)
+
+    with bar:
+        for records in engine.run(todo, ctx, tick):
+            done[records.name] = records
+    seconds = time.perf_counter() - started
+    splits = merge(plan, jobs, done, ctx.target)
+    manifest = Manifest(fmt, plan.classes, splits, arguments={**ctx.arguments, "source": source},
+                        created=datetime.now(timezone.utc).isoformat(timespec="seconds"), seconds=round(seconds, 3))
+    ctx.target.put(MANIFEST_NAME, manifest.to_json().encode("utf-8"))
+    for job in jobs:
+        ctx.target.delete(job.name + LIST_SUFFIX)
+    return ShardedResult(splits, seconds, sum(len(j.tasks) for j in todo))
+
+
+def merge(plan: Plan, jobs: list[ShardJob], done: dict[str, ShardRecords], target: Target) -> dict[str, SplitInfo]:
+    """Each split's counts, chained digest, rejected files and shard entries from its record lists
+    in shard order, and its offsets file written to the target."""
+    splits = {s: SplitInfo(skipped=list(plan.skipped[s])) for s in plan.splits}
+    starts: dict[str, list[list[int]]] = {s: [] for s in plan.splits}
+    for job in jobs:
+        records, info = done[job.name], splits[job.split]
+        for digest in records.digests:
+            info.digest = chain_digest(info.digest, digest)
+        info.samples += len(records.digests)
+        info.bytes += records.data_bytes
+        info.skipped += records.skipped
+        if records.shard is not None:
+            info.shards.append(records.shard)
+            starts[job.split].append(records.starts)
+    for split, info in splits.items():
+        name, blob = offsets_file(split, starts[split])
+        target.put(name, blob)
+        info.index = {"name": name, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
+    return splits

@@ -1,0 +1,121 @@
+"""One planned shard, written whole by one task: read, validate and store its files, then its record list.
+
+The same function runs in a local worker process and in a Ray task, so both engines write the same
+bytes. The record list (`{split}-{NNNNNN}.records.json`) says what the shard holds (record digests,
+sample offsets, the files rejected and why) and which plan and options made it; the driver merges
+the lists into the manifest, and `--resume` keeps every shard whose list is there and matches.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from datapipe.decode import BadImageError, check_image
+from datapipe.formats.wds import ShardFile, idx_name, sample_starts
+from datapipe.records import Record, record_digest
+
+from .errors import ConvertError, ShardFailed, StrictStop
+from .plan import ShardJob, Task
+from .targets import LIST_SUFFIX, Target
+
+Tick = Callable[[int, int], None]  # (files done, bytes stored) since the last call
+
+
+@dataclass
+class ShardRecords:
+    """A shard's record list: its manifest entry (None when every file was rejected), its record
+    digests and sample offsets in order, its rejected files, and the files committed before it."""
+
+    name: str
+    split: str
+    plan: str
+    arguments: dict[str, Any]
+    shard: dict[str, Any] | None = None
+    digests: list[str] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    data_bytes: int = 0
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    files: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def list_name(self) -> str:
+        return self.name + LIST_SUFFIX
+
+    @property
+    def processed(self) -> int:
+        return len(self.digests) + len(self.skipped)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "ShardRecords":
+        return cls(**json.loads(text))
+
+
+@dataclass(frozen=True)
+class ShardContext:
+    """What every shard task needs besides its job; small and picklable (it travels to Ray tasks)."""
+
+    target: Target
+    checks: dict[str, Any]  # check_image's options: validate, awkward, resize_max, quality
+    plan: str  # the plan's fingerprint
+    arguments: dict[str, Any]  # the options that decide the bytes
+    strict: bool = False
+
+
+def read_checked(task: Task, checks: dict[str, Any]) -> bytes:
+    """The bytes to store for one input file (its own, or converted), or BadImageError saying why not."""
+    try:
+        with open(task.path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise BadImageError(f"unreadable: {exc.strerror or exc}") from None
+    return check_image(raw, **checks).data
+
+
+def build_shard(job: ShardJob, ctx: ShardContext, tick: Tick | None = None) -> ShardRecords:
+    """Write shard `job` to the target and return its record list (committed last)."""
+    records = ShardRecords(job.name, job.split, ctx.plan, ctx.arguments)
+    with ctx.target.scratch(job.name) as folder:
+        shard = ShardFile(folder, job.split, job.number)
+        for position, task in enumerate(job.tasks, start=job.first):
+            try:
+                stored = _store_one(shard, task, position, ctx, records)
+            except ConvertError:
+                raise
+            except OSError as exc:  # the disk or the store: the system's error, saying where it happened
+                raise OSError(exc.errno, f"{exc.strerror or exc} (writing shard {job.name}, at {task.relpath})",
+                              exc.filename) from exc
+            except Exception as exc:  # a failure of ours: name the shard and the file
+                raise ShardFailed(f"shard {job.name} failed at {task.path}: {type(exc).__name__}: {exc}") from exc
+            if tick is not None:
+                tick(1, stored)
+        files = []
+        if shard.lines:
+            records.shard = shard.finish()
+            records.starts = sample_starts((folder / idx_name(shard.name)).read_text(encoding="ascii")).tolist()
+            files = [shard.path, folder / idx_name(shard.name)]
+        else:
+            shard.discard()
+        records.files = {f.name: f.stat().st_size for f in files}
+        ctx.target.commit(files, records.list_name, records.to_json())
+    return records
+
+
+def _store_one(shard: ShardFile, task: Task, position: int, ctx: ShardContext, records: ShardRecords) -> int:
+    """Validate one file and add it to the shard (or to the rejected list); returns bytes stored."""
+    try:
+        data = read_checked(task, ctx.checks)
+    except BadImageError as exc:
+        if ctx.strict:
+            raise StrictStop(f"{task.path}: {exc} (--strict stops at the first bad file)") from None
+        records.skipped.append({"path": task.relpath, "reason": str(exc), "position": position})
+        return 0
+    digest = record_digest(task.key, task.label, data)
+    shard.add_record(position, Record(task.key, data, task.label, task.relpath, digest))
+    records.digests.append(digest)
+    records.data_bytes += len(data)
+    return len(data)
