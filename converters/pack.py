@@ -26,7 +26,7 @@ from datapipe.records import Manifest, Record, SplitInfo, record_digest
 from datapipe.resources import cpus_per_rank
 from datapipe.storage import is_url
 
-from .engines import ENGINES, make_engine
+from .engines import ENGINES, Engine, make_engine
 from .errors import ConvertError, StrictStop
 from .plan import Plan, Task, make_plan
 from .sharded import ShardedResult, write_shards
@@ -236,21 +236,27 @@ def prepare(src: str | Path, spec: FormatSpec, options: ConvertOptions) -> tuple
     return plan, options
 
 
-def run_sharded(src: Path, target: Target, plan: Plan, spec: FormatSpec, options: ConvertOptions) -> ShardedResult:
-    """Write a .wds dataset's shards, offsets and manifest into `target` on the chosen engine."""
+def run_sharded(src: Path, target: Target, plan: Plan, spec: FormatSpec, options: ConvertOptions,
+                engine: Engine | None = None) -> ShardedResult:
+    """Write a .wds dataset's shards, offsets and manifest into `target` on `engine` (by default the
+    one the options name)."""
     ctx = ShardContext(target, options.checks, plan.fingerprint, options.content_arguments(spec), options.strict)
-    engine = make_engine(options.engine, workers=options.workers or cpus_per_rank(), ray_address=options.ray_address)
+    engine = engine or make_engine(options.engine, workers=options.workers or cpus_per_rank(), ray_address=options.ray_address)
     return write_shards(plan, ctx, engine, shard_bytes=options.shard_bytes,
                         resume=options.resume, progress=options.progress, fmt=spec.name, source=str(src))
 
 
-def convert(src: str | Path, dst: str | Path, options: ConvertOptions = ConvertOptions()) -> ConvertReport:
+def convert(src: str | Path, dst: str | Path, options: ConvertOptions = ConvertOptions(), *,
+            engine: Engine | None = None) -> ConvertReport:
     """Pack the image folder `src` into `dst` (format from its suffix or options.format); `dst` may be
-    an object-store URL (s3://, gs://, az://) for .wds."""
+    an object-store URL (s3://, gs://, az://) for .wds. `engine` (.wds only) overrides the one
+    `options.engine` names, e.g. `RayEngine("auto", max_retries=5)`."""
+    if engine is not None and engine.name != options.engine:
+        options = replace(options, engine=engine.name)
     if is_url(dst):
         from .remote import convert_to_url
 
-        return convert_to_url(src, str(dst), options)
+        return convert_to_url(src, str(dst), options, engine)
     src, dst = Path(src), Path(dst)
     spec = format_for(dst, options.format)
     staging = staging_path(dst)
@@ -258,7 +264,7 @@ def convert(src: str | Path, dst: str | Path, options: ConvertOptions = ConvertO
     plan, options = prepare(src, spec, options)
     dst.parent.mkdir(parents=True, exist_ok=True)
     if spec.sharded:
-        return _convert_sharded(src.resolve(), dst, staging, plan, spec, options)
+        return _convert_sharded(src.resolve(), dst, staging, plan, spec, options, engine)
     writer, progress = _start(src, dst, options, spec, plan, staging)
     started = time.perf_counter()
     try:
@@ -280,12 +286,12 @@ def convert(src: str | Path, dst: str | Path, options: ConvertOptions = ConvertO
 
 
 def _convert_sharded(src: Path, dst: Path, staging: Path, plan: Plan, spec: FormatSpec,
-                     options: ConvertOptions) -> ConvertReport:
+                     options: ConvertOptions, engine: Engine | None) -> ConvertReport:
     if not (options.resume and staging.is_dir()):
         remove(staging)
     staging.mkdir(parents=True, exist_ok=True)
     try:
-        result = run_sharded(src, FolderTarget(staging), plan, spec, options)
+        result = run_sharded(src, FolderTarget(staging), plan, spec, options, engine)
     except StrictStop:
         remove(staging)
         raise

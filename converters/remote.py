@@ -18,6 +18,7 @@ from datapipe.formats.wds import idx_name
 from datapipe.records import MANIFEST_NAME
 from datapipe.storage import redact
 
+from .engines import Engine
 from .pack import ConvertError, ConvertOptions, ConvertReport, prepare, run_sharded
 from .targets import LIST_SUFFIX, StoreTarget
 
@@ -35,7 +36,7 @@ def _check_store(present: dict[str, int], url: str, options: ConvertOptions) -> 
                            "pass --resume to finish it or --overwrite to start over")
 
 
-def convert_to_url(src: str | Path, url: str, options: ConvertOptions) -> ConvertReport:
+def convert_to_url(src: str | Path, url: str, options: ConvertOptions, engine: Engine | None = None) -> ConvertReport:
     """Convert `src` into the object-store folder `url` (a `.wds` dataset)."""
     spec = format_for(urlsplit(url).path, options.format)
     if spec.name != "wds":
@@ -50,7 +51,7 @@ def convert_to_url(src: str | Path, url: str, options: ConvertOptions) -> Conver
             if name in present:
                 target.delete(name)
         options = dataclasses.replace(options, resume=False)
-    result = run_sharded(Path(src).resolve(), target, plan, spec, options)
+    result = run_sharded(Path(src).resolve(), target, plan, spec, options, engine)
     written = {s["name"] for info in result.splits.values() for s in info.shards}
     written |= {idx_name(name) for name in written}
     written |= {info.index["name"] for info in result.splits.values()} | {MANIFEST_NAME}

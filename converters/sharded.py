@@ -85,6 +85,7 @@ def write_shards(plan: Plan, ctx: ShardContext, engine: Engine, *, shard_bytes: 
     with bar:
         for records in engine.run(todo, ctx, tick):
             done[records.name] = records
+    ctx.target.clear_scratch()  # what killed attempts left
     seconds = time.perf_counter() - started
     splits = merge(plan, jobs, done, ctx.target)
     manifest = Manifest(fmt, plan.classes, splits, arguments={**ctx.arguments, "source": source},

@@ -35,7 +35,7 @@ class FolderTarget:
         """A fresh folder beside the output (same filesystem: commits are renames), removed after."""
         folder = self.folder / f"{SCRATCH_PREFIX}{shard}-{os.getpid()}"
         shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
+        folder.mkdir()  # not parents: a task must not bring back an output the driver removed
         try:
             yield folder
         finally:

@@ -93,11 +93,19 @@ def _aws_files_config(environ: dict[str, str]) -> dict[str, str]:
     return found
 
 
+_AWS_ENVIRONMENT = {"AWS_ACCESS_KEY_ID": "aws_access_key_id", "AWS_SECRET_ACCESS_KEY": "aws_secret_access_key",
+                    "AWS_SESSION_TOKEN": "aws_session_token", "AWS_DEFAULT_REGION": "aws_region",
+                    "AWS_REGION": "aws_region"}
+
+
 def _store_kwargs(url: str, retry: RetryPolicy, environ: dict[str, str]) -> dict[str, Any]:
     scheme = urlsplit(url).scheme
     config: dict[str, Any] = {}
     if scheme == "s3":
         config = _aws_files_config(environ)
+        # The environment this store was made in travels with it: a Ray task on another process or
+        # node (whose own environment obstore would read) gets the driver's credentials.
+        config.update({key: environ[var] for var, key in _AWS_ENVIRONMENT.items() if environ.get(var)})
         endpoint = environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL") or config.get("endpoint")
         if endpoint:
             config["endpoint"] = endpoint

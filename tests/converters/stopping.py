@@ -14,8 +14,8 @@ run = {module}.{engine}.run
 def stopping(self, jobs, ctx, tick):
     for n, records in enumerate(run(self, jobs, ctx, tick), 1):
         yield records
-        if n == {shards}:
-            os.kill(os.getpid(), signal.SIGSTOP)
+        if n == {shards}:  # the whole group: a local Ray's workers stop building shards too
+            os.killpg(0, signal.SIGSTOP)
 {module}.{engine}.run = stopping
 """
 
@@ -31,11 +31,11 @@ Progress.save = checkpoint
 """
 
 
-def kill_convert_when_stopped(args: list[str], prelude: str) -> None:
+def kill_convert_when_stopped(args: list[str], prelude: str, env: dict[str, str] | None = None) -> None:
     """Run `datapipe <args>` after `prelude` (one of the above, formatted), wait for its stop, kill
     its whole process group (workers, a local Ray included)."""
     script = prelude + f"from datapipe.cli import main; sys.exit(main({args!r}))\n"
-    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True,
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, status = os.waitpid(proc.pid, os.WUNTRACED)
     assert os.WIFSTOPPED(status), f"the conversion ended before its stop point (status {status})"

@@ -1,0 +1,100 @@
+"""The Ray engine: every planned shard is one Ray task running `build_shard`, anywhere in the cluster.
+
+Install with `pip install 'datapipe[ray]'` on every node. Tasks read the source and write the
+destination themselves, so both must be reachable from every node: a filesystem every node mounts,
+or an object-store URL as the destination. A task that fails (its worker died, the disk or the store
+failed) is retried `max_retries` times, each attempt building the whole shard again into a fresh
+scratch folder; then the run stops, naming the shard. The driver only plans and merges record lists.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..errors import ConvertError, ShardFailed
+from ..plan import ShardJob
+from ..shards import ShardContext, ShardRecords, Tick, build_shard
+
+log = logging.getLogger(__name__)
+MAX_RETRIES = 3
+POLL_S = 0.5
+STOP_WAIT_S = 30.0
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError("--engine ray needs Ray on the driver and every node: pip install 'datapipe[ray]'") from exc
+    return ray
+
+
+def _build(build: Callable[[ShardJob, ShardContext], ShardRecords], job: ShardJob, ctx: ShardContext) -> ShardRecords:
+    """What a Ray task runs (Ray wants a plain function; `build` may be a partial)."""
+    return build(job, ctx)
+
+
+def _stop(ray: Any, refs: list[Any]) -> None:
+    """Kill the tasks still running and wait until they are gone, so none writes after the driver
+    has given up (and, after --strict, removed the output)."""
+    for ref in refs:
+        ray.cancel(ref, force=True)
+    ray.wait(refs, num_returns=len(refs), timeout=STOP_WAIT_S)
+
+
+class RayEngine:
+    """Shard tasks on the Ray cluster this process is connected to, or on the one at `address`
+    ("auto", HOST:PORT); with neither, `ray.init()` finds one (RAY_ADDRESS, `ray start`) or starts a
+    local Ray for this conversion and stops it after."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, *, max_retries: int = MAX_RETRIES,
+                 build: Callable[[ShardJob, ShardContext], ShardRecords] = build_shard) -> None:
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        self.address, self.max_retries, self.build = address, max_retries, build
+
+    def run(self, jobs: list[ShardJob], ctx: ShardContext, tick: Tick) -> Iterator[ShardRecords]:
+        if not jobs:
+            return
+        ray = import_ray()
+        owned = not ray.is_initialized()
+        if owned:
+            ray.init(address=self.address, include_dashboard=False, logging_level=logging.WARNING)
+        try:
+            yield from self._run(ray, jobs, ctx, tick)
+        finally:
+            if owned:
+                ray.shutdown()
+
+    def _run(self, ray: Any, jobs: list[ShardJob], ctx: ShardContext, tick: Tick) -> Iterator[ShardRecords]:
+        task = ray.remote(num_cpus=1, max_retries=self.max_retries,
+                          retry_exceptions=[OSError, ShardFailed])(_build)
+        shared, build = ray.put(ctx), ray.put(self.build)
+        running = {task.remote(build, job, shared): job for job in jobs}
+        log.info("%d shard tasks submitted to Ray (%s CPUs in the cluster)", len(jobs),
+                 ray.cluster_resources().get("CPU", "?"))
+        while running:
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
+            for ref in ready:
+                job = running.pop(ref)
+                try:
+                    records = ray.get(ref)
+                except Exception as exc:
+                    _stop(ray, list(running))
+                    raise self._failure(job, exc) from None
+                tick(records.processed, records.data_bytes)
+                yield records
+
+    def _failure(self, job: ShardJob, exc: Exception) -> Exception:
+        """The error that stops the run: a task's own error as it was raised (it names the shard and
+        the file), or, for a task Ray could not finish, one naming the shard and its files."""
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, (ConvertError, OSError)):
+            return cause
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return ShardFailed(f"shard {job.name} ({len(job.tasks)} files, the first {job.tasks[0].path}) failed "
+                           f"{self.max_retries + 1} times on Ray ({type(exc).__name__}: {first}); what finished is "
+                           "kept: `--resume` builds the rest")

@@ -1,0 +1,128 @@
+"""`--engine ray` on a local Ray (2 CPUs, loopback, a scratch HOME): the bytes `--engine local`
+writes, a task killed mid-shard and retried, `--resume` after the driver is killed, S3, refusals."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import ray
+
+from converters import ConvertError, ConvertOptions, convert, make_plan
+from converters.engines.ray import RayEngine
+from datapipe.formats import staging_path
+from tests.conftest import IMAGEFOLDER
+from tests.converters.faults import always_fails, dies_mid_shard_once
+from tests.converters.stopping import after_shards, kill_convert_when_stopped
+from tests.converters.test_resume import big_source  # noqa: F401  (a fixture: 900 images and two bad files)
+from tests.storage.conftest import s3  # noqa: F401  (moto's S3 server on 127.0.0.1)
+from tests.storage.test_convert_remote import same_bytes_as_local
+
+OPTIONS = dict(progress=False, shard_bytes=64 << 10)
+
+
+@pytest.fixture(scope="module")
+def ray_home():
+    """A short scratch folder (Ray's socket paths must stay under ~107 bytes) used as HOME."""
+    home = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def local_ray(ray_home):
+    saved = os.environ.get("HOME")
+    os.environ["HOME"] = str(ray_home)  # Ray writes an auth token under ~/.ray
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 << 20, _node_ip_address="127.0.0.1",
+             _temp_dir=str(ray_home / "t"), logging_level="WARNING", log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        if saved is not None:
+            os.environ["HOME"] = saved
+
+
+def same_files(a: Path, b: Path) -> None:
+    """Every file byte-identical; the manifests equal but for when and how long."""
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir()) and any(n.endswith(".tar") for n in names)
+    for name in names:
+        if name != "manifest.json":
+            assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    ma, mb = (json.loads((p / "manifest.json").read_text()) for p in (a, b))
+    for volatile in ("created", "seconds"):
+        ma.pop(volatile), mb.pop(volatile)
+    assert ma == mb
+
+
+@pytest.mark.parametrize("source", ["fixtures", "big"])
+def test_ray_writes_the_bytes_local_writes(local_ray, source, big_source, tmp_path):  # noqa: F811
+    src = IMAGEFOLDER if source == "fixtures" else big_source
+    convert(src, tmp_path / "local.wds", ConvertOptions(**OPTIONS, workers=2))
+    report = convert(src, tmp_path / "ray.wds", ConvertOptions(**OPTIONS, engine="ray"))
+    assert report.skipped == (4 if source == "fixtures" else 2)
+    same_files(tmp_path / "local.wds", tmp_path / "ray.wds")
+
+
+def test_a_task_killed_mid_shard_is_retried_to_the_same_bytes(local_ray, big_source, tmp_path):  # noqa: F811
+    marker = tmp_path / "killed"
+    engine = RayEngine(build=functools.partial(dies_mid_shard_once, marker=marker, shard="train-000002"))
+    convert(big_source, tmp_path / "ray.wds", ConvertOptions(**OPTIONS), engine=engine)
+    assert marker.exists()  # the fault did happen: a worker died with a partial shard
+    convert(big_source, tmp_path / "local.wds", ConvertOptions(**OPTIONS, workers=2))
+    same_files(tmp_path / "local.wds", tmp_path / "ray.wds")
+
+
+def test_a_shard_that_keeps_failing_stops_the_run_naming_it(local_ray, tmp_path):
+    attempts = tmp_path / "attempts"
+    engine = RayEngine(max_retries=1, build=functools.partial(always_fails, attempts=attempts))
+    dst = tmp_path / "out.wds"
+    with pytest.raises(OSError, match="No space left on device"):
+        convert(IMAGEFOLDER, dst, ConvertOptions(**OPTIONS), engine=engine)
+    tried = attempts.read_text().split()
+    assert tried and all(tried.count(name) <= 2 for name in tried) and max(map(tried.count, tried)) == 2
+    assert staging_path(dst).is_dir() and not dst.exists()  # kept for --resume
+
+
+def test_strict_stops_at_a_bad_file_and_keeps_nothing(local_ray, big_source, tmp_path):  # noqa: F811
+    dst = tmp_path / "out.wds"
+    with pytest.raises(ConvertError, match=r"zz_(truncated|empty)\.jpg: .*--strict stops"):
+        convert(big_source, dst, ConvertOptions(**OPTIONS, engine="ray", strict=True))
+    assert not dst.exists() and not staging_path(dst).exists()
+
+
+def test_resume_after_the_driver_is_killed(local_ray, ray_home, big_source, tmp_path):  # noqa: F811
+    dst = tmp_path / "out.wds"
+    args = ["convert", str(big_source), str(dst), "--engine", "ray", "--shard-size", "64KiB", "-q"]
+    env = {**os.environ, "HOME": str(ray_home / "driver")}  # the killed driver starts a Ray of its own
+    kill_convert_when_stopped(args, after_shards(2, engine="ray"), env=env)
+    finished = len(list(staging_path(dst).glob("*.records.json")))
+    assert finished >= 2 and not dst.exists()
+    report = convert(big_source, dst, ConvertOptions(**OPTIONS, engine="ray", resume=True))
+    assert 0 < report.processed < len(make_plan(big_source).tasks)  # the finished shards were kept
+    convert(big_source, tmp_path / "local.wds", ConvertOptions(**OPTIONS, workers=2))
+    same_files(tmp_path / "local.wds", dst)
+
+
+def test_ray_writes_to_s3(local_ray, s3, big_source, tmp_path):  # noqa: F811
+    url = s3.bucket("out") + "/big.wds"
+    convert(big_source, url, ConvertOptions(**OPTIONS, engine="ray"))
+    local = tmp_path / "big.wds"
+    convert(big_source, local, ConvertOptions(**OPTIONS, workers=2))
+    same_bytes_as_local(url, local)
+
+
+@pytest.mark.parametrize("suffix", [".lmdb", ".h5"])
+def test_single_writer_formats_are_refused(suffix, tmp_path):
+    with pytest.raises(ConvertError, match=r"--engine ray writes \.wds only.*Convert to \.wds"):
+        convert(IMAGEFOLDER, tmp_path / f"out{suffix}", ConvertOptions(**OPTIONS, engine="ray"))
+    done = subprocess.run([sys.executable, "-m", "datapipe", "convert", str(IMAGEFOLDER), str(tmp_path / f"x{suffix}"),
+                           "--engine", "ray"], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "writes .wds only" in done.stderr
