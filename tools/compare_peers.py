@@ -111,6 +111,22 @@ def convert_datapipe(folder: str, workers: int, suffix: str = ".wds") -> float:
     return len(files) / elapsed
 
 
+def convert_datapipe_ray(folder: str, workers: int) -> float:
+    """`convert --engine ray` on a local Ray started before the clock (as a cluster that exists)."""
+    import ray
+
+    from converters import ConvertOptions, convert
+
+    ray.init(num_cpus=workers, include_dashboard=False, _node_ip_address="127.0.0.1", logging_level="WARNING")
+    files = image_files(Path(folder))
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        convert(Path(folder), Path(tmp) / "out.wds", ConvertOptions(engine="ray", progress=False))
+        elapsed = time.perf_counter() - started
+    ray.shutdown()
+    return len(files) / elapsed
+
+
 def write_beton(folder: str, beton: str, workers: int) -> None:
     """FFCV's writer over the good images only (it hangs on the bad ones, see issue #12)."""
     import numpy as np
@@ -143,7 +159,7 @@ def write_beton(folder: str, beton: str, workers: int) -> None:
 
 
 CHILDREN = {"load_ffcv": load_ffcv, "load_datapipe": load_datapipe, "convert_litdata": convert_litdata,
-            "convert_datapipe": convert_datapipe}
+            "convert_datapipe": convert_datapipe, "convert_datapipe_ray": convert_datapipe_ray}
 
 
 # ---- driver -------------------------------------------------------------------------------------
@@ -214,7 +230,9 @@ def main() -> int:
                      "load: datapipe dataloader, .wds": (sys.executable, "load_datapipe", str(inputs["wds"]))})
     if args.only in (None, "convert"):
         rows.update({"convert: LitData optimize (anchor)": (peers, "convert_litdata", str(args.folder)),
-                     "convert: datapipe convert .wds": (sys.executable, "convert_datapipe", str(args.folder))})
+                     "convert: datapipe convert .wds": (sys.executable, "convert_datapipe", str(args.folder)),
+                     "convert: datapipe convert .wds --engine ray": (sys.executable, "convert_datapipe_ray",
+                                                                     str(args.folder))})
     results: dict[str, list[float]] = {row: [] for row in rows}
     for n in range(args.passes):
         for row, (python, child, data) in rows.items():

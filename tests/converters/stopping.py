@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 
 AFTER_SHARDS = """
 import os, signal, sys
@@ -35,10 +36,12 @@ def kill_convert_when_stopped(args: list[str], prelude: str, env: dict[str, str]
     """Run `datapipe <args>` after `prelude` (one of the above, formatted), wait for its stop, kill
     its whole process group (workers, a local Ray included)."""
     script = prelude + f"from datapipe.cli import main; sys.exit(main({args!r}))\n"
-    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status = os.waitpid(proc.pid, os.WUNTRACED)
-    assert os.WIFSTOPPED(status), f"the conversion ended before its stop point (status {status})"
+    with tempfile.TemporaryFile("w+") as errors:
+        proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, env=env,
+                                stdout=subprocess.DEVNULL, stderr=errors)
+        _, status = os.waitpid(proc.pid, os.WUNTRACED)
+        errors.seek(0)
+        assert os.WIFSTOPPED(status), f"the conversion ended before its stop point (status {status}): {errors.read()}"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 

@@ -112,7 +112,7 @@ def test_resume_after_the_driver_is_killed(local_ray, ray_home, big_source, tmp_
 
 
 def test_ray_writes_to_s3(local_ray, s3, big_source, tmp_path):  # noqa: F811
-    url = s3.bucket("out") + "/big.wds"
+    url = s3.bucket("ray-out") + "/big.wds"  # moto keeps its buckets for the whole process: a name of its own
     convert(big_source, url, ConvertOptions(**OPTIONS, engine="ray"))
     local = tmp_path / "big.wds"
     convert(big_source, local, ConvertOptions(**OPTIONS, workers=2))
