@@ -241,7 +241,8 @@ def run_sharded(src: Path, target: Target, plan: Plan, spec: FormatSpec, options
     """Write a .wds dataset's shards, offsets and manifest into `target` on `engine` (by default the
     one the options name)."""
     ctx = ShardContext(target, options.checks, plan.fingerprint, options.content_arguments(spec), options.strict)
-    engine = engine or make_engine(options.engine, workers=options.workers or cpus_per_rank(), ray_address=options.ray_address)
+    engine = engine or make_engine(options.engine, workers=options.workers or cpus_per_rank(),
+                                   ray_address=options.ray_address)
     return write_shards(plan, ctx, engine, shard_bytes=options.shard_bytes,
                         resume=options.resume, progress=options.progress, fmt=spec.name, source=str(src))
 
