@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +34,7 @@ class FolderTarget:
     @contextlib.contextmanager
     def scratch(self, shard: str) -> Iterator[Path]:
         """A fresh folder beside the output (same filesystem: commits are renames), removed after."""
-        folder = self.folder / f"{SCRATCH_PREFIX}{shard}-{os.getpid()}"
+        folder = self.folder / f"{SCRATCH_PREFIX}{shard}-{socket.gethostname()}-{os.getpid()}"  # nodes share it
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir()  # not parents: a task must not bring back an output the driver removed
         try:
