@@ -24,7 +24,7 @@ from datapipe.decode import AWKWARD, VALIDATION, BadImageError, check_image
 from datapipe.formats import FormatSpec, format_for, staging_path
 from datapipe.records import Manifest, Record, SplitInfo, record_digest
 from datapipe.resources import cpus_per_rank
-from datapipe.storage import is_url
+from datapipe.storage import RemoteStore, is_url, redact
 
 from .engines import ENGINES, Engine, make_engine
 from .errors import ConvertError, StrictStop
@@ -208,8 +208,8 @@ def _start(src: Path, dst: Path, options: ConvertOptions, spec: FormatSpec, plan
     return writer, progress
 
 
-def _check_destination(src: Path, dst: Path, staging: Path, options: ConvertOptions) -> None:
-    if dst.resolve() == src.resolve() or src.resolve() in dst.resolve().parents:
+def _check_destination(src: str | Path, dst: Path, staging: Path, options: ConvertOptions) -> None:
+    if isinstance(src, Path) and (dst.resolve() == src.resolve() or src.resolve() in dst.resolve().parents):
         raise ConvertError(f"the destination {dst} must not be the source folder or inside it")
     if dst.exists() and not options.overwrite:
         if options.resume and not staging.exists():
@@ -226,6 +226,9 @@ def prepare(src: str | Path, spec: FormatSpec, options: ConvertOptions) -> tuple
     if options.engine == "ray" and not spec.sharded:
         raise ConvertError(f"--engine ray writes .wds only: {spec.name} is a single file with one writer. "
                            "Convert to .wds (shards written in parallel on the cluster), or use --engine local")
+    if is_url(src) and not spec.sharded:
+        raise ConvertError(f"reading the images from object storage writes .wds only, not {spec.name}; convert "
+                           "to .wds, or copy the images to a local disk first")
     plan = make_plan(src, labels=options.labels, layout=options.layout, split=options.split,
                      shuffle_seed=options.seed if spec.sharded else None)
     rejected = [bad for bads in plan.skipped.values() for bad in bads]
@@ -236,15 +239,18 @@ def prepare(src: str | Path, spec: FormatSpec, options: ConvertOptions) -> tuple
     return plan, options
 
 
-def run_sharded(src: Path, target: Target, plan: Plan, spec: FormatSpec, options: ConvertOptions,
+def run_sharded(src: str | Path, target: Target, plan: Plan, spec: FormatSpec, options: ConvertOptions,
                 engine: Engine | None = None) -> ShardedResult:
     """Write a .wds dataset's shards, offsets and manifest into `target` on `engine` (by default the
-    one the options name)."""
-    ctx = ShardContext(target, options.checks, plan.fingerprint, options.content_arguments(spec), options.strict)
+    one the options name); `src` is a folder or an object-store prefix."""
+    source = RemoteStore(str(src)) if is_url(src) else None
+    src = redact(str(src)) if is_url(src) else str(Path(src).resolve())
+    ctx = ShardContext(target, options.checks, plan.fingerprint, options.content_arguments(spec), options.strict,
+                       source)
     engine = engine or make_engine(options.engine, workers=options.workers or cpus_per_rank(),
                                    ray_address=options.ray_address)
     return write_shards(plan, ctx, engine, shard_bytes=options.shard_bytes,
-                        resume=options.resume, progress=options.progress, fmt=spec.name, source=str(src))
+                        resume=options.resume, progress=options.progress, fmt=spec.name, source=src)
 
 
 def convert(src: str | Path, dst: str | Path, options: ConvertOptions = ConvertOptions(), *,
@@ -258,14 +264,14 @@ def convert(src: str | Path, dst: str | Path, options: ConvertOptions = ConvertO
         from .remote import convert_to_url
 
         return convert_to_url(src, str(dst), options, engine)
-    src, dst = Path(src), Path(dst)
+    src, dst = (str(src) if is_url(src) else Path(src)), Path(dst)
     spec = format_for(dst, options.format)
     staging = staging_path(dst)
     _check_destination(src, dst, staging, options)
     plan, options = prepare(src, spec, options)
     dst.parent.mkdir(parents=True, exist_ok=True)
     if spec.sharded:
-        return _convert_sharded(src.resolve(), dst, staging, plan, spec, options, engine)
+        return _convert_sharded(src, dst, staging, plan, spec, options, engine)
     writer, progress = _start(src, dst, options, spec, plan, staging)
     started = time.perf_counter()
     try:
@@ -286,7 +292,7 @@ def convert(src: str | Path, dst: str | Path, options: ConvertOptions = ConvertO
     return ConvertReport(dst, spec.name, progress.splits, seconds, processed)
 
 
-def _convert_sharded(src: Path, dst: Path, staging: Path, plan: Plan, spec: FormatSpec,
+def _convert_sharded(src: str | Path, dst: Path, staging: Path, plan: Plan, spec: FormatSpec,
                      options: ConvertOptions, engine: Engine | None) -> ConvertReport:
     if not (options.resume and staging.is_dir()):
         remove(staging)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from datapipe.scan import FolderLayout, scan_folder, scan_labelled
+from datapipe.storage.urls import is_url, redact
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,9 @@ def _ordered_splits(names: list[str]) -> list[str]:
     return sorted(names, key=lambda s: (s not in ("train", "training"), s))
 
 
-def plan_from_layout(layout: FolderLayout, *, shuffle_seed: int | None) -> Plan:
-    """Tasks split by split (train first); within a split sorted like ImageFolder, or shuffled by seed."""
+def plan_from_layout(layout: FolderLayout, *, shuffle_seed: int | None, url: str | None = None) -> Plan:
+    """Tasks split by split (train first); within a split sorted like ImageFolder, or shuffled by seed.
+    For a store prefix (`url`) each task's path is its object's URL and sizes come from the listing."""
     tasks: list[Task] = []
     digest = hashlib.sha256()
     total = 0
@@ -51,10 +53,11 @@ def plan_from_layout(layout: FolderLayout, *, shuffle_seed: int | None) -> Plan:
         if shuffle_seed is not None:
             random.Random(f"{shuffle_seed}/{split}").shuffle(files)
         for f in files:
-            size = os.stat(f.path).st_size
+            size = os.stat(f.path).st_size if f.size is None else f.size
             total += size
             digest.update(f"{split}\0{f.relpath}\0{f.label}\0{size}\n".encode())
-            tasks.append(Task(split, str(f.path), f.relpath, f.key, f.label, size))
+            path = f"{url.rstrip('/')}/{f.relpath}" if url else str(f.path)
+            tasks.append(Task(split, path, f.relpath, f.key, f.label, size))
     digest.update("\0".join(layout.classes.classes).encode())
     skipped = {s: list(layout.skipped.get(s, [])) for s in _ordered_splits(list(layout.splits))}
     return Plan(list(layout.classes.classes), tasks, skipped, total, digest.hexdigest())
@@ -62,12 +65,16 @@ def plan_from_layout(layout: FolderLayout, *, shuffle_seed: int | None) -> Plan:
 
 def make_plan(src: str | Path, *, labels: str | Path | None = None, layout: str = "auto",
               split: str | None = None, shuffle_seed: int | None = None) -> Plan:
-    """Scan `src` (ImageNet layout, or flat with a labels CSV) and order what will be written."""
+    """Scan `src` (ImageNet layout, or flat with a labels CSV; a folder or an object-store prefix)
+    and order what will be written."""
     if labels is not None:
+        if is_url(src):
+            raise ValueError(f"--labels needs a local folder; {redact(str(src))} is a URL. Lay the objects out as "
+                             "SPLIT/CLASS/* or CLASS/*, or copy them to a disk")
         scanned = scan_labelled(src, labels, split=split or "val")
     else:
         scanned = scan_folder(src, layout=layout, split=split or "train")
-    return plan_from_layout(scanned, shuffle_seed=shuffle_seed)
+    return plan_from_layout(scanned, shuffle_seed=shuffle_seed, url=str(src) if is_url(src) else None)
 
 
 RECORD_OVERHEAD = 7 * 512  # a .wds sample's four tar headers and three small padded members

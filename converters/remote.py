@@ -51,7 +51,7 @@ def convert_to_url(src: str | Path, url: str, options: ConvertOptions, engine: E
             if name in present:
                 target.delete(name)
         options = dataclasses.replace(options, resume=False)
-    result = run_sharded(Path(src).resolve(), target, plan, spec, options, engine)
+    result = run_sharded(src, target, plan, spec, options, engine)
     written = {s["name"] for info in result.splits.values() for s in info.shards}
     written |= {idx_name(name) for name in written}
     written |= {info.index["name"] for info in result.splits.values()} | {MANIFEST_NAME}

@@ -15,6 +15,7 @@ from typing import Any
 from datapipe.decode import BadImageError, check_image
 from datapipe.formats.wds import ShardFile, idx_name, sample_starts
 from datapipe.records import Record, record_digest
+from datapipe.storage import RemoteStore, StoreNotFound
 
 from .errors import ConvertError, ShardFailed, StrictStop
 from .plan import ShardJob, Task
@@ -64,15 +65,22 @@ class ShardContext:
     plan: str  # the plan's fingerprint
     arguments: dict[str, Any]  # the options that decide the bytes
     strict: bool = False
+    source: RemoteStore | None = None  # the source when it is an object-store prefix
 
 
-def read_checked(task: Task, checks: dict[str, Any]) -> bytes:
-    """The bytes to store for one input file (its own, or converted), or BadImageError saying why not."""
+def read_checked(task: Task, checks: dict[str, Any], source: RemoteStore | None = None) -> bytes:
+    """The bytes to store for one input file (its own, or converted), or BadImageError saying why not.
+    From a store, a missing object is a bad file; a store that fails is an error of the run."""
     try:
-        with open(task.path, "rb") as fh:
-            raw = fh.read()
-    except OSError as exc:
-        raise BadImageError(f"unreadable: {exc.strerror or exc}") from None
+        if source is not None:
+            raw = source.read(task.relpath)
+        else:
+            with open(task.path, "rb") as fh:
+                raw = fh.read()
+    except (OSError, StoreNotFound) as exc:
+        if source is not None and not isinstance(exc, StoreNotFound):
+            raise
+        raise BadImageError(f"unreadable: {getattr(exc, 'strerror', None) or exc}") from None
     return check_image(raw, **checks).data
 
 
@@ -108,7 +116,7 @@ def build_shard(job: ShardJob, ctx: ShardContext, tick: Tick | None = None) -> S
 def _store_one(shard: ShardFile, task: Task, position: int, ctx: ShardContext, records: ShardRecords) -> int:
     """Validate one file and add it to the shard (or to the rejected list); returns bytes stored."""
     try:
-        data = read_checked(task, ctx.checks)
+        data = read_checked(task, ctx.checks, ctx.source)
     except BadImageError as exc:
         if ctx.strict:
             raise StrictStop(f"{task.path}: {exc} (--strict stops at the first bad file)") from None

@@ -1,6 +1,8 @@
 """Find the splits, classes and image files of an image folder (ImageNet layout or flat + labels CSV).
 
 Used by the plain-folder reader and by the converters, so both see the same files, labels and keys.
+The folder may also be an object-store prefix (`s3://bucket/raw/`): its object names are read as a
+folder tree, so a store and a disk holding the same files scan to the same plan.
 """
 from __future__ import annotations
 
@@ -9,9 +11,11 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 from .records import ClassIndex
+from .storage.urls import is_url
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
 SPLIT_NAMES = ("train", "training", "val", "valid", "validation", "test", "testing")
@@ -28,6 +32,7 @@ class ImageFile:
     relpath: str
     label: int
     key: str
+    size: int | None = None  # known from a store's listing; None: stat the file
 
 
 @dataclass(frozen=True)
@@ -79,28 +84,53 @@ def walk_images(folder: Path) -> list[Path]:
     return sorted(found, key=lambda p: (str(p.parent), p.name))
 
 
-def _class_dirs(folder: Path) -> list[str]:
-    return sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
+class DiskTree:
+    """A folder on disk, as the scan sees it."""
+
+    sizes: dict[str, int] | None = None
+
+    def subdirs(self, folder: Any) -> list[str]:
+        return sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
+
+    def images(self, folder: Any) -> list[Path]:
+        return walk_images(folder)
 
 
-def detect_layout(root: Path) -> str:
+class StoreTree:
+    """Object names under a store prefix seen as a folder tree rooted at "/" (name -> size)."""
+
+    def __init__(self, sizes: dict[str, int]) -> None:
+        self.sizes = sizes
+        self.paths = [PurePosixPath("/", name) for name in sizes]
+
+    def subdirs(self, folder: PurePosixPath) -> list[str]:
+        return sorted({p.relative_to(folder).parts[0] for p in self.paths if folder in p.parents
+                       and len(p.relative_to(folder).parts) > 1 and not p.relative_to(folder).parts[0].startswith(".")})
+
+    def images(self, folder: PurePosixPath) -> list[PurePosixPath]:
+        found = [p for p in self.paths if folder in p.parents and is_image_name(p.name)]
+        return sorted(found, key=lambda p: (str(p.parent), p.name))
+
+
+def detect_layout(root: Path, tree: DiskTree | StoreTree = DiskTree()) -> str:
     """'splits' when a top-level folder is named like a split (train, val, ...), else 'classes'."""
-    return "splits" if any(name.lower() in SPLIT_NAMES for name in _class_dirs(root)) else "classes"
+    return "splits" if any(name.lower() in SPLIT_NAMES for name in tree.subdirs(root)) else "classes"
 
 
-def _split_class_files(split_dir: Path) -> dict[str, list[Path]]:
-    return {name: walk_images(split_dir / name) for name in _class_dirs(split_dir)}
+def _split_class_files(split_dir: Any, tree: DiskTree | StoreTree) -> dict[str, list[Any]]:
+    return {name: tree.images(split_dir / name) for name in tree.subdirs(split_dir)}
 
 
-def _label_files(root: Path, split_dir: Path, files_by_class: dict[str, list[Path]],
-                 classes: ClassIndex) -> list[ImageFile]:
+def _label_files(root: Any, split_dir: Any, files_by_class: dict[str, list[Any]],
+                 classes: ClassIndex, sizes: dict[str, int] | None) -> list[ImageFile]:
     taken: set[str] = set()
     out = []
     for name, files in files_by_class.items():
         label = classes.label(name)
         for path in files:
             key = make_key(printable(path.relative_to(split_dir).as_posix()), taken)
-            out.append(ImageFile(path, printable(path.relative_to(root).as_posix()), label, key))
+            relpath = path.relative_to(root).as_posix()
+            out.append(ImageFile(path, printable(relpath), label, key, None if sizes is None else sizes[relpath]))
     return out
 
 
@@ -111,24 +141,36 @@ def _no_images_error(root: Path) -> ValueError:
     )
 
 
-def scan_folder(root: str | Path, *, layout: str = "auto", split: str = "train") -> FolderLayout:
-    """Scan `root/class/*` (one split named `split`) or `root/split/class/*` (every split)."""
+def _tree(root: str | Path) -> tuple[Any, DiskTree | StoreTree]:
+    """Where to scan: a folder on disk, or a store prefix's listing (one LIST, paginated by obstore)."""
+    if is_url(root):
+        from .storage import RemoteStore
+
+        return PurePosixPath("/"), StoreTree(RemoteStore(str(root)).list())
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"{root} is not a folder; expected an image folder laid out as {root}/CLASS/*.jpg")
+    return root, DiskTree()
+
+
+def scan_folder(root: str | Path, *, layout: str = "auto", split: str = "train") -> FolderLayout:
+    """Scan `root/class/*` (one split named `split`) or `root/split/class/*` (every split); `root`
+    may be an object-store URL (the files' paths are then relative to it, from "/")."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    shown = root
+    root, tree = _tree(root)
     if layout == "auto":
-        layout = detect_layout(root)
+        layout = detect_layout(root, tree)
     if layout == "splits":
-        by_split = {name: _split_class_files(root / name) for name in _class_dirs(root)}
+        by_split = {name: _split_class_files(root / name, tree) for name in tree.subdirs(root)}
         split_dirs = {name: root / name for name in by_split}
     else:
-        by_split = {split: _split_class_files(root)}
+        by_split = {split: _split_class_files(root, tree)}
         split_dirs = {split: root}
     by_split = {s: c for s, c in by_split.items() if any(c.values())}
     if not by_split:
-        raise _no_images_error(root)
+        raise _no_images_error(shown)
     train = next((s for s in ("train", "training") if s in by_split), None)
     if train is not None:
         names = sorted(by_split[train])
@@ -144,7 +186,7 @@ def scan_folder(root: str | Path, *, layout: str = "auto", split: str = "train")
             for c in unknown for p in files_by_class[c]
         ]
         known = {c: f for c, f in files_by_class.items() if c in classes}
-        splits[name] = _label_files(root, split_dirs[name], known, classes)
+        splits[name] = _label_files(root, split_dirs[name], known, classes, tree.sizes)
     return FolderLayout(root, classes, splits, skipped)
 
 

@@ -12,6 +12,8 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from datapipe.storage.isolate import forks_nothing
+
 from ..errors import ConvertError, ShardFailed
 from ..plan import ShardJob
 from ..shards import ShardContext, ShardRecords, Tick, build_shard
@@ -31,7 +33,9 @@ def import_ray() -> Any:
 
 
 def _build(build: Callable[[ShardJob, ShardContext], ShardRecords], job: ShardJob, ctx: ShardContext) -> ShardRecords:
-    """What a Ray task runs (Ray wants a plain function; `build` may be a partial)."""
+    """What a Ray task runs (Ray wants a plain function; `build` may be a partial). Our tasks fork
+    nothing, so their object-store calls need no forked helper (datapipe.storage.isolate)."""
+    forks_nothing()
     return build(job, ctx)
 
 

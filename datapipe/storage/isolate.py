@@ -17,10 +17,21 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+_FORKS_NOTHING = False
+
+
+def forks_nothing() -> None:
+    """Declare that this process never forks workers (a Ray task's worker process): its remote calls
+    then run directly instead of in a forked child each."""
+    global _FORKS_NOTHING
+    _FORKS_NOTHING = True
+
+
 def may_fork_workers() -> bool:
     """True in a top-level process (a script, a torchrun rank), which may fork workers later; False
-    in a multiprocessing child (DataLoader and DALI workers), which forks nothing."""
-    return multiprocessing.parent_process() is None
+    in a multiprocessing child (DataLoader and DALI workers), which forks nothing, and in a process
+    that said so (`forks_nothing`)."""
+    return not _FORKS_NOTHING and multiprocessing.parent_process() is None
 
 
 def call_in_child(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -22,7 +22,7 @@ from tests.converters.faults import always_fails, dies_mid_shard_once
 from tests.converters.stopping import after_shards, kill_convert_when_stopped
 from tests.converters.test_resume import big_source  # noqa: F401  (a fixture: 900 images and two bad files)
 from tests.storage.conftest import s3  # noqa: F401  (moto's S3 server on 127.0.0.1)
-from tests.storage.test_convert_remote import same_bytes_as_local
+from tests.storage.test_convert_remote import same_bytes_as_local, same_dataset_files, upload_folder
 
 OPTIONS = dict(progress=False, shard_bytes=64 << 10)
 
@@ -126,3 +126,10 @@ def test_single_writer_formats_are_refused(suffix, tmp_path):
     done = subprocess.run([sys.executable, "-m", "datapipe", "convert", str(IMAGEFOLDER), str(tmp_path / f"x{suffix}"),
                            "--engine", "ray"], capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "writes .wds only" in done.stderr
+
+
+def test_ray_reads_the_images_from_s3(local_ray, s3, tmp_path):  # noqa: F811
+    source = upload_folder(s3, IMAGEFOLDER, "ray-raw")
+    convert(source, tmp_path / "ray.wds", ConvertOptions(**OPTIONS, engine="ray"))
+    convert(IMAGEFOLDER, tmp_path / "local.wds", ConvertOptions(**OPTIONS, workers=2))
+    same_dataset_files(tmp_path / "ray.wds", tmp_path / "local.wds")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -62,3 +63,38 @@ def test_a_killed_conversion_to_s3_does_not_open_and_resume_completes_it(s3, big
     local = tmp_path / "big.wds"
     convert(big_source, local, ConvertOptions(workers=2, progress=False, shard_bytes=64 << 10))
     same_bytes_as_local(url, local)
+
+
+def upload_folder(s3, folder: Path, bucket: str) -> str:
+    """Every file of `folder` (symlinks followed, as the scan follows them) as objects under a prefix."""
+    url = s3.bucket(bucket) + "/raw"
+    store = RemoteStore(url)
+    for root, _, files in os.walk(folder, followlinks=True):
+        for name in files:
+            path = Path(root) / name
+            store.upload(path.relative_to(folder).as_posix(), path)
+    return url
+
+
+def same_dataset_files(a: Path, b: Path) -> None:
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir()) and any(n.endswith(".tar") for n in names)
+    for name in names:
+        if name != "manifest.json":
+            assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    ma, mb = (json.loads((p / "manifest.json").read_text()) for p in (a, b))
+    assert ma["arguments"].pop("source") != mb["arguments"].pop("source")
+    assert (ma["splits"], ma["arguments"], ma["classes"]) == (mb["splits"], mb["arguments"], mb["classes"])
+
+
+def test_converting_from_s3_writes_what_converting_the_folder_writes(s3, imagefolder, tmp_path):
+    source = upload_folder(s3, imagefolder, "raw-images")
+    report = convert(source, tmp_path / "from-s3.wds", OPTIONS)
+    assert report.skipped == 4 and json.loads((tmp_path / "from-s3.wds/manifest.json").read_text())[
+        "arguments"]["source"] == source
+    convert(imagefolder, tmp_path / "from-disk.wds", OPTIONS)
+    same_dataset_files(tmp_path / "from-s3.wds", tmp_path / "from-disk.wds")
+    with pytest.raises(ConvertError, match="from object storage writes .wds only"):
+        convert(source, tmp_path / "x.lmdb", OPTIONS)
+    with pytest.raises(ValueError, match="Found 0 images"):
+        convert(s3.bucket("empty-bucket") + "/nothing", tmp_path / "y.wds", OPTIONS)
