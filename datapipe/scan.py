@@ -10,6 +10,7 @@ import csv
 import hashlib
 import os
 import re
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -97,18 +98,31 @@ class DiskTree:
 
 
 class StoreTree:
-    """Object names under a store prefix seen as a folder tree rooted at "/" (name -> size)."""
+    """Object names under a store prefix seen as a folder tree rooted at "/" (name -> size), indexed
+    once by folder: ImageNet's 1.28M names scan in one pass, not one pass per class."""
 
     def __init__(self, sizes: dict[str, int]) -> None:
         self.sizes = sizes
-        self.paths = [PurePosixPath("/", name) for name in sizes]
+        self._files: dict[PurePosixPath, list[PurePosixPath]] = defaultdict(list)
+        self._dirs: dict[PurePosixPath, set[str]] = defaultdict(set)
+        root = PurePosixPath("/")
+        for name in sizes:
+            path = PurePosixPath("/", name)
+            self._files[path.parent].append(path)
+            folder = path.parent
+            while folder != root and folder.name not in self._dirs[folder.parent]:
+                self._dirs[folder.parent].add(folder.name)
+                folder = folder.parent
 
     def subdirs(self, folder: PurePosixPath) -> list[str]:
-        return sorted({p.relative_to(folder).parts[0] for p in self.paths if folder in p.parents
-                       and len(p.relative_to(folder).parts) > 1 and not p.relative_to(folder).parts[0].startswith(".")})
+        return sorted(name for name in self._dirs.get(folder, ()) if not name.startswith("."))
 
     def images(self, folder: PurePosixPath) -> list[PurePosixPath]:
-        found = [p for p in self.paths if folder in p.parents and is_image_name(p.name)]
+        found, todo = [], [folder]
+        while todo:
+            here = todo.pop()
+            found += [p for p in self._files.get(here, ()) if is_image_name(p.name)]
+            todo += [here / name for name in self._dirs.get(here, ())]
         return sorted(found, key=lambda p: (str(p.parent), p.name))
 
 
