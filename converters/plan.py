@@ -21,7 +21,8 @@ class Task:
     relpath: str
     key: str
     label: int
-    size: int = 0  # bytes on disk when planned
+    size: int = 0  # bytes on disk (or in the store) when planned
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -83,8 +84,8 @@ RECORD_OVERHEAD = 7 * 512  # a .wds sample's four tar headers and three small pa
 @dataclass(frozen=True)
 class ShardJob:
     """One output shard fixed before any work starts: consecutive tasks of one split. `first` is the
-    plan position (within the split) of its first task; a record's position is its id in the shard
-    even when files before it turn out bad, so shards can be written in any order, anywhere."""
+    plan position (within the split) of its first task; task k's record gets position first + k
+    whatever earlier files turn out to be, so shards can be written in any order, anywhere."""
 
     split: str
     number: int
