@@ -11,9 +11,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
+
+import numpy as np
 
 from tqdm import tqdm
 
@@ -37,11 +40,11 @@ class ShardedResult:
     processed: int
 
 
-def finished_shards(target: Target, jobs: list[ShardJob], plan: Plan, arguments: dict[str, Any]) -> dict[str, ShardRecords]:
-    """The shards an interrupted run committed whole: a record list made by this plan with these
-    options, and its shard files present at their recorded sizes. Others are built again."""
+def finished_shards(target: Target, jobs: list[ShardJob], plan: Plan,
+                    arguments: dict[str, Any]) -> Iterator[ShardRecords]:
+    """The shards an interrupted run committed whole, in shard order: a record list made by this plan
+    with these options, and its shard files present at their recorded sizes. Others are built again."""
     listing = target.listing()
-    done: dict[str, ShardRecords] = {}
     for job in jobs:
         name = job.name + LIST_SUFFIX
         if name not in listing:
@@ -58,8 +61,47 @@ def finished_shards(target: Target, jobs: list[ShardJob], plan: Plan, arguments:
         if records.plan != plan.fingerprint:
             raise ConvertError("the source changed since the interrupted conversion; --overwrite starts over")
         if all(listing.get(f) == size for f, size in records.files.items()):
-            done[job.name] = records
-    return done
+            yield records
+
+
+class Merger:
+    """Folds record lists, arriving in any order, into each split's counts, chained digest, rejected
+    files, shard entries and sample offsets, in shard order. Only lists that arrive ahead of their
+    turn wait, so the driver never holds a whole dataset's digests (14M for ImageNet-21k)."""
+
+    def __init__(self, plan: Plan, jobs: list[ShardJob]) -> None:
+        self.order = [job.name for job in jobs]
+        self.next = 0
+        self.waiting: dict[str, ShardRecords] = {}
+        self.splits = {s: SplitInfo(skipped=list(plan.skipped[s])) for s in plan.splits}
+        self.starts: dict[str, list[np.ndarray]] = {s: [] for s in plan.splits}
+
+    def add(self, records: ShardRecords) -> None:
+        self.waiting[records.name] = records
+        while self.next < len(self.order) and self.order[self.next] in self.waiting:
+            self._fold(self.waiting.pop(self.order[self.next]))
+            self.next += 1
+
+    def _fold(self, records: ShardRecords) -> None:
+        info = self.splits[records.split]
+        for digest in records.digests:
+            info.digest = chain_digest(info.digest, digest)
+        info.samples += len(records.digests)
+        info.bytes += records.data_bytes
+        info.skipped += records.skipped
+        if records.shard is not None:
+            info.shards.append(records.shard)
+            self.starts[records.split].append(np.asarray(records.starts, dtype=np.int64))
+
+    def finish(self, target: Target) -> dict[str, SplitInfo]:
+        """The merged splits, with each split's offsets file written to the target."""
+        if self.next != len(self.order):
+            raise RuntimeError(f"shard {self.order[self.next]} never finished; the engine lost it")
+        for split, info in self.splits.items():
+            name, blob = offsets_file(split, self.starts[split])
+            target.put(name, blob)
+            info.index = {"name": name, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
+        return self.splits
 
 
 def write_shards(plan: Plan, ctx: ShardContext, engine: Engine, *, shard_bytes: int, resume: bool,
@@ -67,13 +109,17 @@ def write_shards(plan: Plan, ctx: ShardContext, engine: Engine, *, shard_bytes: 
     """Build every shard not already committed, then the offsets files and the manifest (last);
     the record lists are deleted once the manifest is written."""
     jobs = shard_jobs(plan, shard_bytes)
-    done = finished_shards(ctx.target, jobs, plan, ctx.arguments) if resume else {}
+    merger, done, kept_files = Merger(plan, jobs), set(), 0
+    for records in finished_shards(ctx.target, jobs, plan, ctx.arguments) if resume else ():
+        merger.add(records)
+        done.add(records.name)
+        kept_files += records.processed
     if done:
         log.info("resuming: %d of %d shards are complete", len(done), len(jobs))
     ctx.target.clear_scratch()
     todo = [job for job in jobs if job.name not in done]
     started = time.perf_counter()
-    bar = tqdm(total=len(plan.tasks), initial=sum(r.processed for r in done.values()), unit="img",
+    bar = tqdm(total=len(plan.tasks), initial=kept_files, unit="img",
                disable=not progress, dynamic_ncols=True, smoothing=0.05)
     stored = [0]
 
@@ -84,35 +130,13 @@ def write_shards(plan: Plan, ctx: ShardContext, engine: Engine, *, shard_bytes: 
 
     with bar:
         for records in engine.run(todo, ctx, tick):
-            done[records.name] = records
+            merger.add(records)
     ctx.target.clear_scratch()  # what killed attempts left
     seconds = time.perf_counter() - started
-    splits = merge(plan, jobs, done, ctx.target)
+    splits = merger.finish(ctx.target)
     manifest = Manifest(fmt, plan.classes, splits, arguments={**ctx.arguments, "source": source},
                         created=datetime.now(timezone.utc).isoformat(timespec="seconds"), seconds=round(seconds, 3))
     ctx.target.put(MANIFEST_NAME, manifest.to_json().encode("utf-8"))
     for job in jobs:
         ctx.target.delete(job.name + LIST_SUFFIX)
     return ShardedResult(splits, seconds, sum(len(j.tasks) for j in todo))
-
-
-def merge(plan: Plan, jobs: list[ShardJob], done: dict[str, ShardRecords], target: Target) -> dict[str, SplitInfo]:
-    """Each split's counts, chained digest, rejected files and shard entries from its record lists
-    in shard order, and its offsets file written to the target."""
-    splits = {s: SplitInfo(skipped=list(plan.skipped[s])) for s in plan.splits}
-    starts: dict[str, list[list[int]]] = {s: [] for s in plan.splits}
-    for job in jobs:
-        records, info = done[job.name], splits[job.split]
-        for digest in records.digests:
-            info.digest = chain_digest(info.digest, digest)
-        info.samples += len(records.digests)
-        info.bytes += records.data_bytes
-        info.skipped += records.skipped
-        if records.shard is not None:
-            info.shards.append(records.shard)
-            starts[job.split].append(records.starts)
-    for split, info in splits.items():
-        name, blob = offsets_file(split, starts[split])
-        target.put(name, blob)
-        info.index = {"name": name, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
-    return splits

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from datapipe.formats.base import write_json_atomic
+from datapipe.formats.base import write_atomic
 from datapipe.storage import RemoteStore
 
 LIST_SUFFIX = ".records.json"
@@ -45,7 +45,7 @@ class FolderTarget:
     def commit(self, files: list[Path], record_list: str, text: str) -> None:
         for file in files:
             os.replace(file, self.folder / file.name)
-        write_json_atomic(self.folder / record_list, text)
+        write_atomic(self.folder / record_list, text.encode("utf-8"))
 
     def listing(self) -> dict[str, int]:
         """name -> size of every file in the target."""
@@ -55,12 +55,7 @@ class FolderTarget:
         return (self.folder / name).read_text(encoding="utf-8")
 
     def put(self, name: str, blob: bytes) -> None:
-        tmp = self.folder / f"{name}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(blob)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.folder / name)
+        write_atomic(self.folder / name, blob)
 
     def delete(self, name: str) -> None:
         (self.folder / name).unlink(missing_ok=True)

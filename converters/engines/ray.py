@@ -8,6 +8,7 @@ scratch folder; then the run stops, naming the shard. The driver only plans and 
 """
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,6 +22,7 @@ from ..shards import ShardContext, ShardRecords, Tick, build_shard
 log = logging.getLogger(__name__)
 MAX_RETRIES = 3
 POLL_S = 0.5
+MIN_WINDOW = 16
 STOP_WAIT_S = 30.0
 
 
@@ -77,9 +79,16 @@ class RayEngine:
         task = ray.remote(num_cpus=1, max_retries=self.max_retries,
                           retry_exceptions=[OSError, ShardFailed])(_build)
         shared, build = ray.put(ctx), ray.put(self.build)
-        running = {task.remote(build, job, shared): job for job in jobs}
-        log.info("%d shard tasks submitted to Ray (%s CPUs in the cluster)", len(jobs),
-                 ray.cluster_resources().get("CPU", "?"))
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        window = max(MIN_WINDOW, 2 * cpus)  # tasks in flight: every CPU busy, the rest not yet in Ray's store
+        waiting, running = iter(jobs), {}
+
+        def submit() -> None:
+            for job in itertools.islice(waiting, window - len(running)):
+                running[task.remote(build, job, shared)] = job
+
+        submit()
+        log.info("%d shard tasks for %d CPUs in the Ray cluster, %d in flight at a time", len(jobs), cpus, window)
         while running:
             ready, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
             for ref in ready:
@@ -90,6 +99,7 @@ class RayEngine:
                     _stop(ray, list(running))
                     raise self._failure(job, exc) from None
                 tick(records.processed, records.data_bytes)
+                submit()
                 yield records
 
     def _failure(self, job: ShardJob, exc: Exception) -> Exception:

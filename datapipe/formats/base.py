@@ -130,14 +130,18 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def write_json_atomic(path: Path, text: str) -> None:
-    """Write text to path so a crash leaves either the old file or the new one, never half of one."""
+def write_atomic(path: Path, blob: bytes) -> None:
+    """Write bytes to path so a crash leaves either the old file or the new one, never half of one."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    with open(tmp, "wb") as fh:
+        fh.write(blob)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, text: str) -> None:
+    write_atomic(path, text.encode("utf-8"))
 
 
 def read_dir_manifest(path: Path) -> Manifest | None:

@@ -76,3 +76,24 @@ def test_the_bytes_do_not_depend_on_the_workers(workers, tmp_path):
     files = sorted(p.name for p in one.iterdir() if p.name != "manifest.json")
     assert files == sorted(p.name for p in many.iterdir() if p.name != "manifest.json") and len(files) > 4
     assert all((one / f).read_bytes() == (many / f).read_bytes() for f in files)
+
+
+def test_record_lists_arriving_in_any_order_merge_in_shard_order(tmp_path):
+    from converters.sharded import Merger
+    from converters.shards import ShardRecords
+    from converters.targets import FolderTarget
+
+    plan = make_plan(IMAGEFOLDER, shuffle_seed=0)
+    jobs = shard_jobs(plan, 64 << 10)
+    lists = [ShardRecords(j.name, j.split, plan.fingerprint, {}, {"name": j.name + ".tar"},
+                          [f"{j.name}-{k}" for k in range(len(j.tasks))], list(range(len(j.tasks))), 10)
+             for j in jobs]
+    merged = []
+    for order, folder in ((lists, "in-order"), (lists[::-1], "reversed")):
+        (tmp_path / folder).mkdir()
+        merger = Merger(plan, jobs)
+        for records in order:
+            merger.add(records)
+        merged.append(merger.finish(FolderTarget(tmp_path / folder)))
+        assert not merger.waiting
+    assert merged[0] == merged[1] and len(jobs) > 2
