@@ -105,6 +105,8 @@ def open_image(data: bytes, max_pixels: int | None = Image.MAX_IMAGE_PIXELS) -> 
         raise BadImageError(f"decompression bomb: {exc}") from None
     except UnidentifiedImageError:
         raise BadImageError("not an image (Pillow cannot identify it)") from None
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:  # e.g. a file cut inside its header
+        raise BadImageError(f"corrupt or truncated header: {exc}") from None
 
 
 def _encode(img: Image.Image, fmt: str, **params) -> bytes:

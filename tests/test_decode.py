@@ -76,6 +76,14 @@ def test_bad_inputs_raise_with_a_reason(train, name, reason):
         check_image((train / name).read_bytes())
 
 
+@pytest.mark.parametrize("cut", [100, 300])
+def test_a_jpeg_cut_inside_its_header_is_a_bad_file(train, cut):
+    """Pillow raises OSError('Truncated File Read') while it opens one; that is the file's fault, not
+    the disk's (the converter used to stop the whole run on it)."""
+    with pytest.raises(BadImageError, match="truncated"):
+        check_image((train / "cat/cat_000.jpg").read_bytes()[:cut])
+
+
 def test_resize_max_reencodes_smaller_jpeg(train):
     checked = check_image((train / "cat/progressive.jpg").read_bytes(), resize_max=40, quality=80)
     assert checked.ext == "jpg" and min(checked.width, checked.height) == 40 and "re-encoded" in checked.converted

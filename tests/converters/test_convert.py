@@ -181,3 +181,16 @@ def test_default_shard_size_gives_every_dataset_enough_shards(tmp_path):
     dst = tmp_path / "auto.wds"
     convert(IMAGEFOLDER, dst, ConvertOptions(**QUIET))
     assert read_manifest(dst).arguments["shard_bytes"] == 16 << 20  # resolved, recorded for --resume
+
+
+@pytest.mark.parametrize("suffix", [".lmdb", ".h5", ".wds"])
+def test_a_file_cut_inside_its_header_is_reported_and_the_run_goes_on(tmp_path, suffix):
+    src = tmp_path / "src" / "train" / "cat"
+    src.mkdir(parents=True)
+    for good in sorted((IMAGEFOLDER / "train/cat").glob("cat_00*.jpg")):
+        shutil.copy(good, src / good.name)
+    (src / "header_cut.jpg").write_bytes((src / "cat_000.jpg").read_bytes()[:300])
+    report = convert(tmp_path / "src", tmp_path / f"out{suffix}", ConvertOptions(**QUIET))
+    skipped = read_manifest(tmp_path / f"out{suffix}").splits["train"].skipped
+    assert report.skipped == 1 and [s["path"] for s in skipped] == ["train/cat/header_cut.jpg"]
+    assert "truncated" in skipped[0]["reason"] and len(records(tmp_path / f"out{suffix}")) == 5
