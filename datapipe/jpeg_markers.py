@@ -1,0 +1,83 @@
+"""A JPEG's marker structure without its entropy-coded data, for validation at a fraction of a decode.
+
+libjpeg (and so Pillow, which the converters' `--validate decode` asks) never fails on the contents
+of a scan's entropy-coded data: a bad Huffman code, a scan that ends early or runs long are warnings,
+answered with zeros. Whether an image is accepted depends only on its marker segments (tables,
+frame, scan headers, restart markers, and where each scan ends), which libjpeg finds by looking for
+0xFF followed by a byte other than 0x00. The one exception: the DC-first scans of a progressive
+JPEG, where libjpeg-turbo >= 2.0 stops on a DC sum that overflows; those scans are kept whole.
+
+`skeleton(data)` keeps every marker segment as it is, every restart marker, and the progressive
+DC-first scans, and drops the rest of the entropy-coded bytes (~90% of a photo's bytes). Decoding the
+skeleton gives the verdict decoding the original gives, tested on mutated streams
+(tests/test_jpeg_markers.py). It answers None when the stream is anything but a clean Huffman-coded
+JPEG (no SOI, bytes between segments, a segment or scan running past the end, no EOI, arithmetic or
+lossless coding): the caller then decodes the original.
+"""
+from __future__ import annotations
+
+import re
+
+_MARKER = re.compile(rb"\xff[^\x00]")  # a literal prefix: the search runs at C speed
+_SOF_PROGRESSIVE = {0xC0: False, 0xC1: False, 0xC2: True}  # Huffman-coded DCT frames
+_OTHER_SOF = frozenset(range(0xC3, 0xD0)) - {0xC4, 0xC8, 0xCC}  # lossless or arithmetic frames
+_STANDALONE = frozenset(range(0xD0, 0xDA)) | {0x01}  # RSTn, SOI, EOI, TEM: no length field
+_SOS, _EOI = 0xDA, 0xD9
+
+
+def _next_marker(data: bytes, pos: int) -> int:
+    """Offset of the 0xFF that starts the next marker at or after `pos` (fill bytes skipped), or -1."""
+    while True:
+        found = _MARKER.search(data, pos)
+        if found is None:
+            return -1
+        if data[found.start() + 1] != 0xFF:
+            return found.start()
+        pos = found.start() + 1  # 0xFF 0xFF: a fill byte, the marker starts later
+
+
+def _dc_first(sos: bytes) -> bool:
+    """Whether an SOS segment (marker included) starts a progressive DC scan: Ss == 0 and Ah == 0."""
+    return len(sos) >= 7 and sos[-3] == 0 and sos[-1] >> 4 == 0
+
+
+def skeleton(data: bytes) -> bytes | None:
+    """The stream with the entropy-coded bytes dropped (see the module docstring), or None."""
+    if len(data) < 4 or not data.startswith(b"\xff\xd8"):
+        return None
+    kept, pos, progressive = [b"\xff\xd8"], 2, None
+    while True:
+        if pos + 2 > len(data) or data[pos] != 0xFF or data[pos + 1] in (0x00, 0xFF):
+            return None  # bytes between segments (libjpeg skips them with a warning): decode the original
+        marker = data[pos + 1]
+        if marker == _EOI:
+            kept.append(b"\xff\xd9")
+            return b"".join(kept)
+        if marker in _STANDALONE:
+            kept.append(data[pos:pos + 2])
+            pos += 2
+            continue
+        end = pos + 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+        if pos + 4 > len(data) or end > len(data):
+            return None
+        kept.append(data[pos:end])
+        if marker in _OTHER_SOF or (marker in _SOF_PROGRESSIVE and progressive is not None):
+            return None
+        progressive = _SOF_PROGRESSIVE.get(marker, progressive)
+        pos = end
+        if marker != _SOS:
+            continue
+        if progressive is None:
+            return None
+        keep_data = progressive and _dc_first(kept[-1])
+        while True:  # the scan's data runs to its first marker other than a restart marker
+            at = _next_marker(data, pos)
+            if at < 0:
+                return None
+            if keep_data:
+                kept.append(data[pos:at])
+            if not 0xD0 <= data[at + 1] <= 0xD7:
+                pos = at
+                break
+            kept.append(data[at:at + 2])
+            pos = at + 2
