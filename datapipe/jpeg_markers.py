@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import re
 
-_MARKER = re.compile(rb"\xff[^\x00]")  # a literal prefix: the search runs at C speed
+_MARKER = re.compile(rb"\xff[^\x00\xff]")  # fill bytes (FF FF ...) end at the marker's own FF; a literal
+# prefix, so the search runs at C speed
 _SOF_PROGRESSIVE = {0xC0: False, 0xC1: False, 0xC2: True}  # Huffman-coded DCT frames
 _OTHER_SOF = frozenset(range(0xC3, 0xD0)) - {0xC4, 0xC8, 0xCC}  # lossless or arithmetic frames
 _STANDALONE = frozenset(range(0xD0, 0xDA)) | {0x01}  # RSTn, SOI, EOI, TEM: no length field
@@ -26,14 +27,9 @@ _SOS, _EOI = 0xDA, 0xD9
 
 
 def _next_marker(data: bytes, pos: int) -> int:
-    """Offset of the 0xFF that starts the next marker at or after `pos` (fill bytes skipped), or -1."""
-    while True:
-        found = _MARKER.search(data, pos)
-        if found is None:
-            return -1
-        if data[found.start() + 1] != 0xFF:
-            return found.start()
-        pos = found.start() + 1  # 0xFF 0xFF: a fill byte, the marker starts later
+    """Offset of the 0xFF that starts the next marker at or after `pos` (after any fill bytes), or -1."""
+    found = _MARKER.search(data, pos)
+    return -1 if found is None else found.start()
 
 
 def _dc_first(sos: bytes) -> bool:
