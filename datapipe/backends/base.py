@@ -198,8 +198,17 @@ class Loader(abc.ABC):
     """`for images, labels, indices in loader`; `set_epoch`, `len`, `state_dict`, `load_state_dict`.
 
     The base class keeps the epoch and the global position in it (samples of the epoch's order that
-    all ranks together consumed), so every backend resumes the same way, at any world size: the next
-    iteration starts right after the last batch handed out. It also applies the on_error bound.
+    all ranks together consumed), so every backend resumes the same way, at any world size. It also
+    applies the on_error bound.
+
+    Epochs, as torch's DataLoader and torchdata's StatefulDataLoader have them: every new `iter()`
+    starts the next epoch (a new order and new augmentations, seeded by (seed, epoch)), whether the
+    previous one was served whole or broken off, unless `set_epoch(e)` or `load_state_dict(s)` was
+    called since that iteration began: then the next iteration serves epoch e from its start, or
+    the rest of the epoch s was saved in. So a loop that never calls set_epoch (Lightning,
+    Accelerate, an old script) and one that calls it before each epoch get the same batches.
+    `state_dict()` describes the last iteration: mid-epoch, its position; after the epoch's last
+    batch, the start of the next epoch.
     """
 
     backend: str = ""
@@ -247,9 +256,18 @@ class Loader(abc.ABC):
         if epoch != self.epoch or self._iterated:
             self.epoch, self._offset, self._served, self._iterated = epoch, self.plan.start, 0, False
 
+    @property
+    def epoch_served(self) -> bool:
+        """True once the current epoch's last batch was handed out (the next iteration is the next epoch)."""
+        return self.plan.num_batches(self.position) == 0
+
     def state_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "epoch": self.epoch, **self.plan.save(self.position),
-                "batches_done": self.batches_done, "seed": self.options.seed, "size": self.plan.size,
+        """Where the last iteration stands; after its epoch's last batch, the start of the next epoch."""
+        epoch, position, done = self.epoch, self.position, self.batches_done
+        if self.epoch_served:
+            epoch, position, done = self.epoch + 1, self.plan.start, 0
+        return {"backend": self.backend, "epoch": epoch, **self.plan.save(position),
+                "batches_done": done, "seed": self.options.seed, "size": self.plan.size,
                 "shuffle": self.plan.shuffle, "batch_size": self.plan.batch_size, "rank": self.shard.rank,
                 "world_size": self.shard.world_size, "skipped": len(self.skipped)}
 
@@ -264,8 +282,8 @@ class Loader(abc.ABC):
         self.epoch, self._offset, self._served, self._iterated = int(state["epoch"]), self.plan.restore(state), 0, False
 
     def __iter__(self) -> Iterator[Batch]:
-        if self._iterated:  # iterating again without set_epoch: the epoch from its start
-            self._offset, self._served = self.plan.start, 0
+        if self._iterated:  # iterated before, and neither set_epoch nor load_state_dict since: the next epoch
+            self.epoch, self._offset, self._served = self.epoch + 1, self.plan.start, 0
         self._offset, self._served, self._iterated = self.position, 0, True
         self._epoch_bad = 0 if self._offset == self.plan.start else self._epoch_bad
         for batch in self._iterate(self.epoch, self._offset):

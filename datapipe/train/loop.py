@@ -138,7 +138,7 @@ class Trainer:
         self.nonfinite = int(state.get("nonfinite", 0))
         saved_world = int(state.get("world_size", self.env.world_size))
         if saved_world != self.env.world_size:  # elastic: count steps at this world size
-            self.step = self.epoch * self.steps_per_epoch + self.loader.batches_done // self.config.accum_steps
+            self.step = self.loader.epoch * self.steps_per_epoch + self.loader.batches_done // self.config.accum_steps
             self.scheduler.last_epoch = self.step - 1
             self.scheduler.step()
             log.warning("resuming a world-size-%d run at world size %d: step %d of %d per epoch, lr %.4g",
@@ -151,9 +151,12 @@ class Trainer:
     def fit(self) -> list[dict[str, Any]]:
         try:
             while self.epoch < self.config.epochs:
-                self.loader.set_epoch(self.epoch)  # keeps a position a resume restored
-                if not self._train_epoch():
-                    break  # max_steps reached: last.pt holds the position
+                # A checkpoint taken at an epoch's last step restores the loader at the next epoch's
+                # start: this epoch's data was all served, only its evaluation and metrics are left.
+                if self.loader.epoch <= self.epoch:
+                    self.loader.set_epoch(self.epoch)  # keeps a position a resume restored
+                    if not self._train_epoch():
+                        break  # max_steps reached: last.pt holds the position
                 self._finish_epoch()
             self._write_summary()
         finally:
