@@ -3,6 +3,10 @@ BatchNorm of every residual block initialised to zero (each block starts as the 
 al. 2017), and optional activation checkpointing per block for large models."""
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Iterator
+
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -10,6 +14,29 @@ from torch.utils.checkpoint import checkpoint
 
 def _conv_bn(cin: int, cout: int, k: int, stride: int = 1) -> list[nn.Module]:
     return [nn.Conv2d(cin, cout, k, stride, k // 2, bias=False), nn.BatchNorm2d(cout)]
+
+
+@contextlib.contextmanager
+def _running_statistics_kept(norms: list[nn.Module]) -> Iterator[None]:
+    """BatchNorm in training mode that leaves its running statistics as they were: momentum 0 makes
+    the update running x 1 + batch x 0, and num_batches_tracked is put back. (Passing no running
+    buffers instead changes what batch_norm saves for backward, which checkpoint refuses.)"""
+    saved = [(m.momentum, m.num_batches_tracked.clone()) for m in norms]
+    for m in norms:
+        m.momentum = 0.0
+    try:
+        yield
+    finally:
+        for m, (momentum, tracked) in zip(norms, saved):
+            m.momentum = momentum
+            m.num_batches_tracked.copy_(tracked)
+
+
+def _recompute_contexts(block: nn.Module) -> tuple[contextlib.AbstractContextManager, contextlib.AbstractContextManager]:
+    """checkpoint's context_fn: the forward as usual; the recompute in backward without a second
+    update of the block's BatchNorm running statistics (it would count every batch twice)."""
+    norms = [m for m in block.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    return contextlib.nullcontext(), _running_statistics_kept(norms)
 
 
 class BasicBlock(nn.Module):
@@ -66,7 +93,10 @@ class ResNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.stem(x)
         for b in self.blocks:
-            x = checkpoint(b, x, use_reentrant=False) if self.checkpoint_activations and self.training else b(x)
+            if self.checkpoint_activations and self.training:
+                x = checkpoint(b, x, use_reentrant=False, context_fn=functools.partial(_recompute_contexts, b))
+            else:
+                x = b(x)
         return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
