@@ -10,6 +10,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 import torch
 
+from ..devices import rank_device
 from ..errors import ExpectedError
 from ..formats.base import Dataset
 from ..resources import cpus_per_rank
@@ -85,9 +86,8 @@ class LoaderOptions:
 
     @property
     def torch_device(self) -> torch.device:
-        if self.device is not None:
-            return torch.device(self.device)
-        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        """The device batches go to; on CUDA always with this rank's index (datapipe.devices)."""
+        return rank_device(self.device)
 
 
 def hugepage_empty(shape: torch.Size, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:

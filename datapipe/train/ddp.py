@@ -6,6 +6,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ..devices import resolve_device
+
 
 @dataclass(frozen=True)
 class DistEnv:
@@ -26,8 +28,10 @@ class DistEnv:
 
 def setup(env: DistEnv) -> torch.device:
     """The device this rank trains on; joins the process group when the job has several ranks."""
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", env.local_rank % torch.cuda.device_count()) if cuda else torch.device("cpu")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    device = resolve_device(None, environ={"LOCAL_RANK": str(env.local_rank)}, device_count=count,
+                            current=torch.cuda.current_device)
+    cuda = device.type == "cuda"
     if cuda:
         torch.cuda.set_device(device)
     if env.distributed and not dist.is_initialized():

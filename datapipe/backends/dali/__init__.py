@@ -81,7 +81,7 @@ class DaliLoader(Loader):
         seed = int(np.random.default_rng([self.options.seed, self.shard.rank]).integers(2**31))
         self._pipe = build_pipeline(
             self.source, batch_size=self.plan.batch_size, threads=threads, py_workers=max(1, threads // 2),
-            device_id=(self.device.index or 0) if cuda else None, start_method=self.start_method, seed=seed,
+            device_id=self.device.index if cuda else None, start_method=self.start_method, seed=seed,
             size=self.options.image_size, channels_last=self.options.channels_last,
             half=self.options.dtype == torch.float16)
         self._pipe.build()
