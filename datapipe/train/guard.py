@@ -1,10 +1,11 @@
-"""Non-finite losses (inf, NaN) caught without a host sync per step.
+"""Non-finite losses (inf, NaN) and skipped optimizer steps, counted without a host sync per step.
 
 Each step's loss is checked on the device; the count and the first bad step are read only where the
 loop syncs anyway (log lines, epoch ends, checkpoints). By default a non-finite loss is an error that
 names the epoch and step, so a run never ends with a silent NaN. With skip=True such losses are left
-out of the averages and counted, and an optimizer step whose gradients are not finite is skipped
-(that check costs one host sync per step, only with this option).
+out of the averages and counted. An optimizer step whose gradients are not finite is skipped and
+counted: with fp16 the GradScaler decides (always, as fp16 needs); with bf16/fp32 and skip=True the
+guard checks the gradients itself (one host sync per step, only with this option).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ class NonFiniteGuard:
         self.skip = skip
         self.count = torch.zeros((), dtype=torch.int64, device=device)
         self.first_step = torch.full((), -1, dtype=torch.int64, device=device)
+        self.skipped = torch.zeros((), dtype=torch.int64, device=device)  # optimizer steps not taken
 
     def observe(self, loss: torch.Tensor, step: int) -> torch.Tensor:
         """The loss to add to the epoch's sum: itself, or 0 where it is not finite (then counted)."""
@@ -42,8 +44,29 @@ class NonFiniteGuard:
                 "and count them")
         return count
 
+    def step(self, scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer, model: nn.Module) -> None:
+        """One optimizer step, or none where the gradients are not finite (then counted in `skipped`).
+
+        fp16 (scaler enabled): GradScaler.step skips such a step itself, and update() fails unless
+        step() ran, so both always run. A skip shows as the scale going down (update multiplies it by
+        backoff_factor < 1, see GradScaler.update; a scale that underflowed to 0 skips every step):
+        compared on the device through the scale tensor (_get_scale_async; get_scale() would sync).
+        bf16/fp32: with skip, the guard's own gradient check.
+        """
+        if scaler.is_enabled():
+            before = scaler._get_scale_async().clone()
+            scaler.step(optimizer)
+            scaler.update()
+            after = scaler._get_scale_async()
+            self.skipped += (after < before) | (after == 0)
+        elif self.step_allowed(model):
+            optimizer.step()
+        else:
+            self.skipped += 1
+
     def step_allowed(self, model: nn.Module) -> bool:
-        """With skip: whether every gradient is finite (in DDP they are averaged, so every rank agrees)."""
+        """With skip: whether every gradient is finite (in DDP they are averaged, so every rank agrees).
+        For unscaled gradients (bf16, fp32): fp16 ones are scaled, and the GradScaler checks those."""
         if not self.skip:
             return True
         grads = [p.grad for p in model.parameters() if p.grad is not None]

@@ -41,11 +41,12 @@ class EpochSums:
 
 
 def resolve_amp(amp: str | None, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype: bf16 by default where the GPU supports it, fp16 only on CUDA, else none."""
+    """The autocast dtype: bf16 by default where the GPU supports it, else none. fp16 works on a CPU
+    too (autocast and GradScaler("cpu")), slowly: it is there to run the fp16 path anywhere."""
     if amp is None:
         amp = "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "off"
-    if amp == "fp16" and device.type != "cuda":
-        raise ValueError("--amp fp16 needs a CUDA GPU (it relies on GradScaler); use --amp bf16 or off on CPU")
+    if amp == "fp16" and device.type == "cpu":
+        log.warning("--amp fp16 on a CPU is slow (few fp16 kernels); --amp bf16 or off is the CPU choice")
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}[amp]
 
 
@@ -96,7 +97,7 @@ class Trainer:
         self.criterion = nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
         self.epoch, self.step, self.sums = 0, 0, EpochSums()
         self.guard = NonFiniteGuard(self.device, skip=config.skip_nonfinite)
-        self.nonfinite = 0  # non-finite losses before this process started (from a checkpoint)
+        self.nonfinite = self.skipped = 0  # non-finite losses, skipped steps before this process (checkpoint)
         self.metrics: list[dict[str, Any]] = []
         if config.resume:
             self._restore(checkpoint.load(config.resume))
@@ -121,7 +122,8 @@ class Trainer:
                 "scaler": self.scaler.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "loader": self.loader.state_dict(), "epoch": self.epoch, "step": self.step,
                 "sums": asdict(self.sums), "metrics": self.metrics, "config": asdict(self.config),
-                "world_size": self.env.world_size, "nonfinite": self.nonfinite + self.guard.check(self.epoch)}
+                "world_size": self.env.world_size, "nonfinite": self.nonfinite + self.guard.check(self.epoch),
+                "skipped_steps": self.skipped + int(self.guard.skipped.item())}
 
     def _save(self) -> None:
         if self.env.is_main:
@@ -135,7 +137,7 @@ class Trainer:
         self.loader.load_state_dict(state["loader"])  # a global position: any world size resumes from it
         self.epoch, self.step = int(state["epoch"]), int(state["step"])
         self.sums, self.metrics = EpochSums(**state["sums"]), list(state["metrics"])
-        self.nonfinite = int(state.get("nonfinite", 0))
+        self.nonfinite, self.skipped = int(state.get("nonfinite", 0)), int(state.get("skipped_steps", 0))
         saved_world = int(state.get("world_size", self.env.world_size))
         if saved_world != self.env.world_size:  # elastic: count steps at this world size
             self.step = self.loader.epoch * self.steps_per_epoch + self.loader.batches_done // self.config.accum_steps
@@ -200,11 +202,7 @@ class Trainer:
 
     def _after_step(self, loss_sum: torch.Tensor) -> bool:
         """Optimizer step, schedule, logging and checkpoints; False when max_steps is reached."""
-        if self.guard.step_allowed(self.model):
-            self.scaler.step(self.optimizer)
-        else:  # --skip-nonfinite: this step's gradients are inf/NaN; the schedule goes on without them
-            self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.update()
+        self.guard.step(self.scaler, self.optimizer, self.model)  # skipped if inf/NaN; the schedule goes on
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.step += 1
@@ -265,6 +263,7 @@ class Trainer:
                   "world_size": self.env.world_size, "backend": self.loader.backend,
                   "lr": self.scheduler.get_last_lr()[0], "steps": self.step, "seconds": seconds,
                   "nonfinite_losses": self.nonfinite + self.guard.check(self.epoch),
+                  "skipped_steps": self.skipped + int(self.guard.skipped.item()),
                   "skipped_records": len(self.loader.skipped)}
         self.metrics.append(record)
         if self.env.is_main:

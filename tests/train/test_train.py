@@ -1,6 +1,5 @@
 """The reference loop on CPU: it learns, DDP keeps ranks identical, resume equals an unbroken run."""
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -8,27 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from converters import ConvertOptions, convert
-from datapipe.train import TrainConfig, train
+from datapipe.train import train
 from datapipe.train.checkpoint import load
-from tools.make_sample import make
+from tests.train.support import config, free_port, strict_json_lines
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def learnable(tmp_path_factory):
-    """3 classes, each made of crops of its own pictures: learnable, with a val split."""
-    root = tmp_path_factory.mktemp("learn")
-    make(root / "images", per_class=24, size=(64, 48), seed=1, extras=False)
-    convert(root / "images", root / "learn.lmdb", ConvertOptions(workers=1, progress=False))
-    return str(root / "learn.lmdb")
-
-
-def config(data, out, **kw):
-    base = dict(data=data, out=str(out), model="resnet18", epochs=3, batch_size=12, lr=0.05, image_size=32,
-                warmup_epochs=0.5, workers=1, log_every=5, backend="dataloader")
-    return TrainConfig(**{**base, **kw})
 
 
 def test_a_few_epochs_learn_clearly_above_chance(learnable, tmp_path):
@@ -58,12 +41,6 @@ def test_resume_mid_epoch_matches_an_uninterrupted_run(learnable, tmp_path):
     assert resumed["metrics"][-1]["val_acc"] == whole["metrics"][-1]["val_acc"]
 
 
-def strict_json_lines(path):
-    def refuse(constant):
-        raise ValueError(f"{constant} is not JSON")
-    return [json.loads(line, parse_constant=refuse) for line in path.read_text().splitlines()]
-
-
 @pytest.mark.parametrize("backend", ["dataloader", "prefetch", "dali"])
 def test_an_epoch_through_every_backend(learnable, tmp_path, backend):
     metrics = train(config(learnable, tmp_path, epochs=1, backend=backend))
@@ -78,7 +55,7 @@ def test_a_nonfinite_loss_is_an_error_naming_epoch_and_step_or_is_skipped_and_co
     with pytest.raises(NonFiniteLoss, match=r"non-finite training loss \(inf or NaN\) in epoch 0 at step \d+"):
         train(config(learnable, tmp_path / "raise", epochs=1, lr=1e30, warmup_epochs=0))
     metrics = train(config(learnable, tmp_path / "skip", epochs=1, lr=1e30, warmup_epochs=0, skip_nonfinite=True))
-    assert metrics[0]["nonfinite_losses"] > 0
+    assert 0 < metrics[0]["nonfinite_losses"] <= metrics[0]["skipped_steps"]
     assert strict_json_lines(tmp_path / "skip" / "metrics.jsonl") == metrics
 
 
@@ -96,9 +73,7 @@ def test_gradient_accumulation_and_profile_trace(learnable, tmp_path):
 
 
 def test_two_process_gloo_run_through_torchrun_ends_with_identical_weights(learnable, tmp_path):
-    with socket.socket() as probe:  # a free port, so parallel test runs do not collide
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(port),
            "-m", "datapipe", "train", learnable, "--model", "resnet18", "--epochs", "2", "--batch-size", "6",
@@ -116,9 +91,7 @@ def test_two_process_gloo_run_through_torchrun_ends_with_identical_weights(learn
 def test_two_rank_dali_run_over_uneven_shards_then_elastic_resume_on_one(packed_wds, tmp_path):
     """DALI under torchrun (gloo) over shards of 13 and 14 records at batch 13: every rank gets a
     full batch (none empty, no NaN); stopped after one step, the run resumes on one process."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     common = ["-m", "datapipe", "train", str(packed_wds), "--model", "resnet18", "--epochs", "2", "--batch-size", "13",
               "--image-size", "32", "--lr", "0.05", "--workers", "1", "--backend", "dali", "--out", str(tmp_path)]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
@@ -140,8 +113,6 @@ def test_two_rank_dali_run_over_uneven_shards_then_elastic_resume_on_one(packed_
 
 
 def test_clear_errors(learnable, tmp_path):
-    with pytest.raises(ValueError, match="fp16 needs a CUDA GPU"):
-        train(config(learnable, tmp_path, amp="fp16"))
     with pytest.raises(FileNotFoundError, match="no checkpoint at"):
         train(config(learnable, tmp_path, resume=str(tmp_path / "nope.pt")))
     with pytest.raises(ValueError, match="epochs must be >= 1"):
