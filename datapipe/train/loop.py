@@ -1,8 +1,14 @@
 """The reference AMP/DDP training loop: the loader at full speed, and the numbers that show it.
 
 No host sync per step: losses accumulate on the device and are read once per log interval.
-`data_wait_pct` is the share of the epoch the loop spent blocked on the next batch: the figure that
-says whether the GPU starves.
+
+`data_wait_pct` says whether the loader starves the device: on each rank, 100 x the time the device
+sat idle because the next batch had not arrived, divided by the rank's training time of the epoch
+(from asking for its first batch to its last step's work done, evaluation excluded; the wait for
+the first batch counts), then averaged over ranks. On CUDA the idle time is the GPU's, from CUDA
+events: from the end of a step's queued work to the moment the next batch was in the host's hands
+(GPU work the loader queues on the training stream counts as busy). On a CPU, where compute is
+synchronous, it is the host's time blocked in the loader. See datapipe.train.clock.
 """
 from __future__ import annotations
 
@@ -11,7 +17,6 @@ import functools
 import json
 import logging
 import math
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +27,7 @@ from torch import nn
 from ..backends import Loader, make_loader
 from ..records import SplitNotFound
 from . import checkpoint
+from .clock import make_clock
 from .config import TrainConfig, warmup_cosine
 from .ddp import DistEnv, all_max, all_sum, gather_strings, setup, teardown
 from .guard import NonFiniteGuard
@@ -97,6 +103,7 @@ class Trainer:
         self.criterion = nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
         self.epoch, self.step, self.sums = 0, 0, EpochSums()
         self.guard = NonFiniteGuard(self.device, skip=config.skip_nonfinite)
+        self.clock = make_clock(self.device)
         self.nonfinite = self.skipped = 0  # non-finite losses, skipped steps before this process (checkpoint)
         self.metrics: list[dict[str, Any]] = []
         if config.resume:
@@ -169,14 +176,14 @@ class Trainer:
         """Train until the epoch ends (True) or max_steps is reached (False)."""
         self.net.train()
         loss_sum = torch.tensor(self.sums.loss_sum, device=self.device)
-        self._clock, self._wait = time.perf_counter(), 0.0
+        self.clock.start()
         profiler = self._profiler()
         with profiler or contextlib.nullcontext():
             batches = iter(self.loader)
             while True:
-                asked = time.perf_counter()
+                self.clock.waiting()
                 batch = next(batches, None)
-                self._wait += time.perf_counter() - asked
+                self.clock.arrived()
                 if batch is None:
                     break
                 number = self.loader.batches_done
@@ -188,6 +195,7 @@ class Trainer:
                     profiler.step()
                 if boundary and not self._after_step(loss_sum):
                     return False
+                self.clock.queued()
         self._account(loss_sum)
         return True
 
@@ -206,6 +214,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.step += 1
+        if self.step % self.config.log_every == 0:
+            self.clock.collect()  # every rank: its events are read here, not left to pile up
         if self.step % self.config.log_every == 0 and self.env.is_main:
             self.guard.check(self.epoch)
             log.info("epoch %d step %d loss %.4f lr %.4g", self.epoch, self.step,
@@ -218,14 +228,11 @@ class Trainer:
 
     def _account(self, loss_sum: torch.Tensor) -> None:
         """Fold the time since the last account into the epoch's sums (a sync: epoch end or save only)."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        now = time.perf_counter()
+        wait, seconds = self.clock.read()
         self.guard.check(self.epoch)
         self.sums.loss_sum = float(loss_sum.item())
-        self.sums.wait += self._wait
-        self.sums.seconds += now - self._clock
-        self._clock, self._wait = now, 0.0
+        self.sums.wait += wait
+        self.sums.seconds += seconds
 
     def _profiler(self) -> torch.profiler.profile | None:
         if not (self.config.profile and self.env.is_main and self.epoch == 0):
