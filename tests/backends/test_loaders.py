@@ -183,3 +183,69 @@ def test_dali_serves_every_epoch_and_resume_from_one_pipeline(packed_wds, start_
     loader.set_epoch(1)
     assert [i for _, _, idx in loader for i in idx.tolist()] == expected[1][10:]
     assert loader._pipe is pipe
+
+
+def served(loader, epochs):
+    """Per epoch: the record indices and a checksum of each image, from a loop that never calls set_epoch."""
+    out = []
+    for _ in range(epochs):
+        batches = [(idx.tolist(), images.sum(dim=(1, 2, 3)).tolist()) for images, _, idx in loader]
+        out.append(([i for idx, _ in batches for i in idx], [s for _, sums in batches for s in sums]))
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_loop_that_never_calls_set_epoch_gets_a_new_epoch_each_time(packed_wds, backend):
+    """Lightning, Accelerate and old scripts only iterate: each pass is the next epoch (new order, new
+    crops), batch for batch what set_epoch(e) before each pass serves."""
+    size = len(open_dataset(packed_wds))
+    plain = served(make_loader(packed_wds, backend=backend, **SMALL), 3)
+    explicit = make_loader(packed_wds, backend=backend, **SMALL)
+    for epoch, (order, _) in enumerate(plain):
+        assert sorted(order) == list(range(size))
+        assert order == flat(epoch_indices(explicit, epoch))
+    assert plain[0][0] != plain[1][0] != plain[2][0]
+    first, second = ({i: s for i, s in zip(*plain[e])} for e in (0, 1))
+    assert sum(first[i] != second[i] for i in first) > size // 2  # new random crops and flips too
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_new_iteration_after_a_break_is_the_next_epoch_and_state_dict_says_where(packed_wds, backend):
+    """As torch's DataLoader: iter() after a partial epoch starts the next epoch. state_dict() after
+    an epoch's last batch names the next epoch's start, so a resume does not replay that epoch."""
+    expected = {e: flat(epoch_indices(make_loader(packed_wds, backend=backend, **SMALL), e)) for e in (1, 2)}
+    loader = make_loader(packed_wds, backend=backend, **SMALL)
+    next(iter(loader))  # epoch 0, broken off after one batch
+    assert loader.state_dict()["epoch"] == 0 and loader.state_dict()["batches_done"] == 1
+    assert [i for _, _, idx in loader for i in idx.tolist()] == expected[1]
+    state = loader.state_dict()
+    assert (state["epoch"], state["samples_done"], state["batches_done"]) == (2, 0, 0)
+    resumed = make_loader(packed_wds, backend=backend, **SMALL)
+    resumed.load_state_dict(state)
+    assert [i for _, _, idx in resumed for i in idx.tolist()] == expected[2]
+
+
+def test_a_process_forked_beside_an_abandoned_dali_pipeline_does_not_hang(packed_wds):
+    """A DALI loader left in a reference cycle, then a fork (a DataLoader worker of another loader):
+    the child's garbage collector reaches the pipeline copy. It must not wait for DALI's threads,
+    which the child does not have (it hung forever before)."""
+    import gc
+    import os
+    import signal
+
+    loader = make_loader(packed_wds, backend="dali", **SMALL)
+    next(iter(loader))
+    loader.cycle = loader  # only the garbage collector frees it
+    gc.disable()  # keep the cycle for the child to collect
+    try:
+        del loader
+        pid = os.fork()
+        if pid == 0:  # the child: collect, then leave as forked workers do
+            signal.alarm(20)  # a hung child is killed by SIGALRM and reported below
+            gc.collect()
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        gc.enable()
+        gc.collect()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the forked child did not exit cleanly (wait status {status})"

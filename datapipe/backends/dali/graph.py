@@ -13,10 +13,12 @@ def build_pipeline(source, *, batch_size: int, threads: int, py_workers: int, de
     """A built-to-be DALI Pipeline whose outputs are images, labels, indices and replaced indices."""
     from nvidia.dali import Pipeline, fn, types
 
+    from .forking import track
     from .source import OUTPUTS
 
     pipe = Pipeline(batch_size=batch_size, num_threads=threads, device_id=device_id, seed=seed,
                     py_num_workers=py_workers, py_start_method=start_method, prefetch_queue_depth=2)
+    track(pipe)  # a forked child never shuts it down (forking.py)
     dtypes = [types.UINT8, types.INT64, types.INT64, types.FLOAT, types.FLOAT, types.FLOAT, types.FLOAT,
               types.INT32, types.INT64]
     with pipe:
