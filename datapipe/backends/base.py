@@ -194,6 +194,15 @@ def serve_or_substitute(prepare: Callable[[int], T], dataset: Dataset, index: in
                        "the dataset looks broken; run `datapipe verify` on it")
 
 
+class EpochSetter:
+    """`loader.sampler.set_epoch(e)`, the same as `loader.set_epoch(e)`: where PyTorch Lightning
+    sets the epoch of a loader that is not a DataLoader, and where scripts written for a DataLoader
+    with a DistributedSampler do."""
+
+    def __init__(self, loader: "Loader") -> None:
+        self.set_epoch = loader.set_epoch
+
+
 class Loader(abc.ABC):
     """`for images, labels, indices in loader`; `set_epoch`, `len`, `state_dict`, `load_state_dict`.
 
@@ -247,6 +256,12 @@ class Loader(abc.ABC):
     def batches_done(self) -> int:
         """Batches of the current epoch done, counted at this loader's world size (len(self) at the end)."""
         return len(self.plan) - self.plan.num_batches(self.position)
+
+    @property
+    def sampler(self) -> EpochSetter:
+        """Lightning calls `loader.sampler.set_epoch(epoch)` at every epoch's start (resuming from a
+        checkpoint taken after an epoch ended, it restores no loader state and relies on that call)."""
+        return EpochSetter(self)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration reads (its order is seeded by (seed, epoch)). A position

@@ -92,9 +92,9 @@ class DataLoaderLoader(Loader):
         self.device = options.torch_device
         pin = options.pin_memory if options.pin_memory is not None else self.device.type == "cuda"
         workers = options.workers
-        self.sampler = EpochBatches(plan, read_ahead=READ_AHEAD_SHARDS if dataset.location.remote else 0)
+        self.batch_plan = EpochBatches(plan, read_ahead=READ_AHEAD_SHARDS if dataset.location.remote else 0)
         self.loader = torch.utils.data.DataLoader(
-            DecodedRecords(dataset, options), batch_sampler=self.sampler, collate_fn=collate,
+            DecodedRecords(dataset, options), batch_sampler=self.batch_plan, collate_fn=collate,
             num_workers=workers, pin_memory=pin, worker_init_fn=_seed_worker,
             prefetch_factor=options.prefetch_factor if workers else None,
             persistent_workers=workers > 0 and options.persistent_workers,
@@ -103,7 +103,7 @@ class DataLoaderLoader(Loader):
 
     def host_batches(self, epoch: int, offset: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """uint8 NCHW batches on the host (pinned where CUDA is used), bad samples counted and logged."""
-        self.sampler.epoch, self.sampler.offset = epoch, offset
+        self.batch_plan.epoch, self.batch_plan.offset = epoch, offset
         for images, labels, indices, bad in self.loader:
             self.count_bad(bad)
             yield images, labels, indices
