@@ -125,11 +125,12 @@ class Trainer:
 
     # ---- state ------------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
+        """What last.pt holds (rank 0 only, so no collective here: counts agreed at the last check)."""
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scaler": self.scaler.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "loader": self.loader.state_dict(), "epoch": self.epoch, "step": self.step,
                 "sums": asdict(self.sums), "metrics": self.metrics, "config": asdict(self.config),
-                "world_size": self.env.world_size, "nonfinite": self.nonfinite + self.guard.check(self.epoch),
+                "world_size": self.env.world_size, "nonfinite": self.nonfinite + self.guard.agreed,
                 "skipped_steps": self.skipped + int(self.guard.skipped.item())}
 
     def _save(self) -> None:
@@ -214,12 +215,12 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.step += 1
-        if self.step % self.config.log_every == 0:
-            self.clock.collect()  # every rank: its events are read here, not left to pile up
-        if self.step % self.config.log_every == 0 and self.env.is_main:
+        if self.step % self.config.log_every == 0:  # every rank: the check agrees over ranks
+            self.clock.collect()
             self.guard.check(self.epoch)
-            log.info("epoch %d step %d loss %.4f lr %.4g", self.epoch, self.step,
-                     loss_sum.item() / max(1, self.sums.images), self.scheduler.get_last_lr()[0])
+            if self.env.is_main:
+                log.info("epoch %d step %d loss %.4f lr %.4g", self.epoch, self.step,
+                         loss_sum.item() / max(1, self.sums.images), self.scheduler.get_last_lr()[0])
         stop = self.config.max_steps is not None and self.step >= self.config.max_steps
         if stop or (self.config.save_every and self.step % self.config.save_every == 0):
             self._account(loss_sum)

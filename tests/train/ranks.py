@@ -1,0 +1,68 @@
+"""Training runs on several gloo ranks in spawned processes, for the tests. Every run has a
+deadline: a rank stuck in a collective is killed and reported, so a test fails instead of hanging."""
+import json
+import os
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch.distributed as dist
+from torch.multiprocessing.spawn import start_processes
+
+from datapipe.train import DistEnv, Trainer
+from tests.train.support import config, free_port
+
+GLOO_TIMEOUT = timedelta(seconds=20)  # a collective that a peer never joins fails after this
+
+
+def spawn_ranks(fn, world_size: int, *args, timeout: float = 180) -> list[dict]:
+    """fn(rank, world_size, *args) on each rank of a gloo group; each rank's outcome in rank order:
+    {"result": ...}, {"error": type name, "message": ...}, or {"error": "Timeout"} when it was killed."""
+    with tempfile.TemporaryDirectory() as folder:
+        context = start_processes(_rank_main, args=(fn, world_size, free_port(), folder, args), nprocs=world_size,
+                                  join=False, start_method="spawn")
+        deadline = time.monotonic() + timeout
+        while not context.join(timeout=max(0.0, deadline - time.monotonic())):
+            if time.monotonic() >= deadline:
+                for process in context.processes:
+                    if process.is_alive():
+                        process.kill()
+                    process.join()
+                break
+        reports = [Path(folder) / f"rank{rank}.json" for rank in range(world_size)]
+        return [json.loads(r.read_text()) if r.is_file() else {"error": "Timeout"} for r in reports]
+
+
+def _rank_main(rank: int, fn, world_size: int, port: int, folder: str, args: tuple) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world_size))
+    try:
+        dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=GLOO_TIMEOUT)
+        outcome = {"result": fn(rank, world_size, *args)}
+    except BaseException as exc:  # reported to the test, whatever it is
+        outcome = {"error": type(exc).__name__, "message": str(exc)}
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    Path(folder, f"rank{rank}.json").write_text(json.dumps(outcome))
+
+
+class NanLossTrainer(Trainer):
+    """A Trainer whose loss reads NaN on one rank at one step (its gradients stay finite, so only
+    that rank's check can see it)."""
+
+    def __init__(self, *args, nan_rank: int, nan_step: int, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.nan_rank, self.nan_step = nan_rank, nan_step
+
+    def _forward_backward(self, batch, *, sync: bool):
+        loss = super()._forward_backward(batch, sync=sync)
+        return loss * float("nan") if (self.env.rank, self.step) == (self.nan_rank, self.nan_step) else loss
+
+
+def nan_loss_run(rank: int, world_size: int, data: str, out: str, nan_rank: int, nan_step: int, log_every: int):
+    """Two epochs at batch 6 (6 steps per epoch on each of 2 ranks)."""
+    trainer = NanLossTrainer(config(data, out, epochs=2, batch_size=6, log_every=log_every),
+                             DistEnv(rank, world_size, rank), nan_rank=nan_rank, nan_step=nan_step)
+    return trainer.fit()
