@@ -38,7 +38,9 @@ log = logging.getLogger("datapipe.train")
 
 @dataclass
 class EpochSums:
-    """Running totals of one epoch on this rank (kept in checkpoints for mid-epoch resume)."""
+    """Running totals of one epoch on this rank. A checkpoint holds loss_sum and images summed over
+    ranks (rank 0 takes them back, the others start at 0: right at any world size) and rank 0's
+    wait and seconds (per-rank figures: every rank takes them back)."""
 
     loss_sum: float = 0.0
     images: int = 0
@@ -124,18 +126,21 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=self.amp)
 
     # ---- state ------------------------------------------------------------------------------
-    def _state(self) -> dict[str, Any]:
+    def _state(self, sums: EpochSums) -> dict[str, Any]:
         """What last.pt holds (rank 0 only, so no collective here: counts agreed at the last check)."""
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scaler": self.scaler.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "loader": self.loader.state_dict(), "epoch": self.epoch, "step": self.step,
-                "sums": asdict(self.sums), "metrics": self.metrics, "config": asdict(self.config),
+                "sums": asdict(sums), "metrics": self.metrics, "config": asdict(self.config),
                 "world_size": self.env.world_size, "nonfinite": self.nonfinite + self.guard.agreed,
                 "skipped_steps": self.skipped + int(self.guard.skipped.item())}
 
     def _save(self) -> None:
+        """Every rank calls it (the epoch's sums are summed over ranks); rank 0 writes."""
+        loss_sum, images = all_sum([self.sums.loss_sum, self.sums.images], self.device)
         if self.env.is_main:
-            checkpoint.save(self.out / "last.pt", self._state())
+            sums = EpochSums(loss_sum, int(images), self.sums.wait, self.sums.seconds)
+            checkpoint.save(self.out / "last.pt", self._state(sums))
 
     def _restore(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
@@ -145,6 +150,8 @@ class Trainer:
         self.loader.load_state_dict(state["loader"])  # a global position: any world size resumes from it
         self.epoch, self.step = int(state["epoch"]), int(state["step"])
         self.sums, self.metrics = EpochSums(**state["sums"]), list(state["metrics"])
+        if not self.env.is_main:  # the saved loss and images are every rank's: rank 0 carries them
+            self.sums.loss_sum, self.sums.images = 0.0, 0
         self.nonfinite, self.skipped = int(state.get("nonfinite", 0)), int(state.get("skipped_steps", 0))
         saved_world = int(state.get("world_size", self.env.world_size))
         if saved_world != self.env.world_size:  # elastic: count steps at this world size
@@ -266,7 +273,7 @@ class Trainer:
         loss_sum, images, wait_share = all_sum([self.sums.loss_sum, self.sums.images,
                                                 self.sums.wait / max(self.sums.seconds, 1e-9)], self.device)
         seconds = all_max(self.sums.seconds, self.device)
-        record = {"epoch": self.epoch, "train_loss": loss_sum / max(images, 1), "val_acc": val_acc,
+        record = {"epoch": self.epoch, "train_loss": loss_sum / max(images, 1), "val_acc": val_acc, "images": int(images),
                   "images_per_s": images / max(seconds, 1e-9), "data_wait_pct": 100 * wait_share / self.env.world_size,
                   "world_size": self.env.world_size, "backend": self.loader.backend,
                   "lr": self.scheduler.get_last_lr()[0], "steps": self.step, "seconds": seconds,

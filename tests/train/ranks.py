@@ -66,3 +66,9 @@ def nan_loss_run(rank: int, world_size: int, data: str, out: str, nan_rank: int,
     trainer = NanLossTrainer(config(data, out, epochs=2, batch_size=6, log_every=log_every),
                              DistEnv(rank, world_size, rank), nan_rank=nan_rank, nan_step=nan_step)
     return trainer.fit()
+
+
+def train_run(rank: int, world_size: int, data: str, out: str, options: dict):
+    """train() on this rank with config(data, out, **options); returns the metrics."""
+    trainer = Trainer(config(data, out, **options), DistEnv(rank, world_size, rank))
+    return trainer.fit()
