@@ -179,27 +179,30 @@ def _add_remote_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="reference AMP/DDP training loop (run under torchrun for several GPUs)")
+    # Options left out stay out of the namespace: TrainConfig's defaults apply, or on --resume the
+    # checkpoint's run settings (what the command line gives wins).
+    p = sub.add_parser("train", help="reference AMP/DDP training loop (run under torchrun for several GPUs)",
+                       argument_default=argparse.SUPPRESS)
     p.add_argument("data", help="packed dataset or image folder (train split; val split evaluated if present)")
-    p.add_argument("--model", default="resnet50", choices=["resnet18", "resnet34", "resnet50", "resnet101"])
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=256, help="per GPU (per process)")
-    p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--weight-decay", type=float, default=1e-4)
-    p.add_argument("--warmup-epochs", type=float, default=1.0)
-    p.add_argument("--label-smoothing", type=float, default=0.1)
-    p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--backend", default="auto", choices=["auto", "dataloader", "prefetch", "dali"])
+    p.add_argument("--model", choices=["resnet18", "resnet34", "resnet50", "resnet101"], help="default: resnet50")
+    p.add_argument("--epochs", type=int, help="default: 1")
+    p.add_argument("--batch-size", type=int, help="per GPU (per process); default: 256")
+    p.add_argument("--lr", type=float, help="default: 0.1")
+    p.add_argument("--weight-decay", type=float, help="default: 1e-4")
+    p.add_argument("--warmup-epochs", type=float, help="default: 1")
+    p.add_argument("--label-smoothing", type=float, help="default: 0.1")
+    p.add_argument("--image-size", type=int, help="default: 224")
+    p.add_argument("--backend", choices=["auto", "dataloader", "prefetch", "dali"], help="default: auto")
     p.add_argument("--amp", choices=["bf16", "fp16", "off"], help="default: bf16 where the GPU supports it, else off")
-    p.add_argument("--accum-steps", type=int, default=1, help="gradient accumulation steps")
+    p.add_argument("--accum-steps", type=int, help="gradient accumulation steps; default: 1")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--checkpoint-activations", action="store_true", help="recompute activations (big models)")
     p.add_argument("--no-channels-last", action="store_true", help="keep NCHW contiguous memory format")
     p.add_argument("--profile", action="store_true", help="write a torch.profiler trace of a few steps to OUT/profile")
     p.add_argument("--workers", type=int, help="loader workers per process (default: this rank's share of the CPUs)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--log-every", type=int, default=50, help="steps between loss logs (the only host syncs)")
-    p.add_argument("--save-every", type=int, default=0, help="also checkpoint every N steps (default: epoch ends)")
+    p.add_argument("--seed", type=int, help="default: 0")
+    p.add_argument("--log-every", type=int, help="steps between loss logs (the only host syncs); default: 50")
+    p.add_argument("--save-every", type=int, help="also checkpoint every N steps (default: epoch ends)")
     p.add_argument("--max-steps", type=int, help="stop after N optimizer steps, checkpointing the position")
     p.add_argument("--skip-nonfinite", action="store_true",
                    help="skip steps whose loss or gradients are inf/NaN and count them (default: stop with an error)")
@@ -207,29 +210,27 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                    help="worker start method (default: fork; DALI on CUDA: spawn)")
     _add_remote_options(p)
     p.add_argument("--out", required=True, help="folder for metrics.jsonl, last.pt, summary.json")
-    p.add_argument("--resume", metavar="LAST_PT", help="continue from a checkpoint (mid-epoch included)")
+    p.add_argument("--resume", metavar="LAST_PT",
+                   help="continue from a checkpoint (mid-epoch included) with its settings, but for those given again")
     p.set_defaults(run=_run_train)
 
 
 def _run_train(args: argparse.Namespace) -> int:
+    import dataclasses
     import os
 
     from .train import DistEnv, TrainConfig, train
+    from .train.checkpoint import run_settings
 
     env = DistEnv(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
                   int(os.environ.get("LOCAL_RANK", 0)))
     if not env.is_main:
         logging.getLogger().setLevel(logging.WARNING)
-    config = TrainConfig(
-        data=args.data, out=args.out, model=args.model, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-        weight_decay=args.weight_decay, warmup_epochs=args.warmup_epochs, label_smoothing=args.label_smoothing,
-        image_size=args.image_size, backend=args.backend, amp=args.amp, accum_steps=args.accum_steps,
-        compile=args.compile, checkpoint_activations=args.checkpoint_activations,
-        channels_last=not args.no_channels_last, profile=args.profile, resume=args.resume, workers=args.workers,
-        seed=args.seed, log_every=args.log_every, save_every=args.save_every, max_steps=args.max_steps,
-        skip_nonfinite=args.skip_nonfinite, start_method=args.start_method, sampling=args.sampling,
-        cache_dir=args.cache_dir, cache_limit=args.cache_limit)
-    metrics = train(config, env)
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)}
+    if hasattr(args, "no_channels_last"):
+        given["channels_last"] = False
+    saved = run_settings(given["resume"]) if given.get("resume") else {}
+    metrics = train(TrainConfig(**{**saved, **given}), env)
     if env.is_main and metrics:
         last = metrics[-1]
         acc = f"{last['val_acc']:.3f}" if last["val_acc"] is not None else "n/a"

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from .config import RUN_SETTINGS
+
 
 def save(path: Path, state: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
@@ -20,11 +22,18 @@ def save(path: Path, state: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def load(path: str | Path) -> dict[str, Any]:
+def load(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
+    """The checkpoint's state; mmap=True reads tensors only where they are used."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}; --resume takes the last.pt that a run wrote into its --out")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+
+
+def run_settings(path: str | Path) -> dict[str, Any]:
+    """The RUN_SETTINGS a checkpoint's run had (its tensors are memory-mapped, not read)."""
+    saved = load(path, mmap=True).get("config", {})
+    return {name: saved[name] for name in RUN_SETTINGS if name in saved}
 
 
 def weights_digest(model: torch.nn.Module) -> str:

@@ -5,6 +5,11 @@ import math
 from dataclasses import dataclass
 
 AMP_MODES = ("bf16", "fp16", "off")
+# What defines a run's course: a resume from the command line keeps the checkpoint's values of these
+# unless they are given again (datapipe.train.checkpoint.run_settings); the Trainer follows its config.
+RUN_SETTINGS = ("model", "epochs", "batch_size", "lr", "momentum", "weight_decay", "label_smoothing",
+                "warmup_epochs", "image_size", "amp", "accum_steps", "seed", "skip_nonfinite",
+                "checkpoint_activations", "channels_last")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from ..backends import Loader, make_loader
 from ..records import SplitNotFound
 from . import checkpoint
 from .clock import make_clock
-from .config import TrainConfig, warmup_cosine
+from .config import RUN_SETTINGS, TrainConfig, warmup_cosine
 from .ddp import DistEnv, all_max, all_sum, gather_strings, setup, teardown
 from .guard import NonFiniteGuard
 from .models import build_model
@@ -143,26 +143,44 @@ class Trainer:
             checkpoint.save(self.out / "last.pt", self._state(sums))
 
     def _restore(self, state: dict[str, Any]) -> None:
+        """Continue from last.pt under this run's config: a setting that differs from the checkpoint's
+        (a new --lr, --epochs) wins and is logged; the schedule keeps its position."""
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self._load_optimization(state)
         self.scaler.load_state_dict(state["scaler"])
-        self.scheduler.load_state_dict(state["scheduler"])
         self.loader.load_state_dict(state["loader"])  # a global position: any world size resumes from it
         self.epoch, self.step = int(state["epoch"]), int(state["step"])
         self.sums, self.metrics = EpochSums(**state["sums"]), list(state["metrics"])
         if not self.env.is_main:  # the saved loss and images are every rank's: rank 0 carries them
             self.sums.loss_sum, self.sums.images = 0.0, 0
         self.nonfinite, self.skipped = int(state.get("nonfinite", 0)), int(state.get("skipped_steps", 0))
-        saved_world = int(state.get("world_size", self.env.world_size))
-        if saved_world != self.env.world_size:  # elastic: count steps at this world size
+        saved = state.get("config", {})
+        for name in RUN_SETTINGS:
+            if name in saved and saved[name] != getattr(self.config, name):
+                log.info("resume: %s %s -> %s (this run's setting)", name, saved[name], getattr(self.config, name))
+        before = (int(state.get("world_size", self.env.world_size)), saved.get("batch_size", self.config.batch_size),
+                  saved.get("accum_steps", self.config.accum_steps))
+        if before != (self.env.world_size, self.config.batch_size, self.config.accum_steps):
+            # elastic, or a new batch size: steps per epoch changed, count the steps done at this one
             self.step = self.loader.epoch * self.steps_per_epoch + self.loader.batches_done // self.config.accum_steps
-            self.scheduler.last_epoch = self.step - 1
-            self.scheduler.step()
-            log.warning("resuming a world-size-%d run at world size %d: step %d of %d per epoch, lr %.4g",
-                        saved_world, self.env.world_size, self.step, self.steps_per_epoch,
-                        self.scheduler.get_last_lr()[0])
-        log.info("resumed at epoch %d, step %d, sample %d of the epoch", self.epoch, self.step,
-                 self.loader.state_dict()["samples_done"])
+            log.warning("resuming a run of world size %d, batch size %d, accumulation %d at %d, %d, %d: step %d of %d "
+                        "per epoch", *before, self.env.world_size, self.config.batch_size, self.config.accum_steps,
+                        self.step, self.steps_per_epoch)
+        self.scheduler.last_epoch = self.step - 1
+        self.scheduler.step()  # this run's lr at this step: its base lr times its schedule
+        log.info("resumed at epoch %d, step %d, sample %d of the epoch, lr %.4g", self.epoch, self.step,
+                 self.loader.state_dict()["samples_done"], self.scheduler.get_last_lr()[0])
+
+    def _load_optimization(self, state: dict[str, Any]) -> None:
+        """The optimizer's and the scheduler's state from the checkpoint (momentum buffers, position);
+        their settings (base lr, momentum, weight decay) from this run's config, which built them."""
+        settings = [{k: g[k] for k in ("initial_lr", "momentum", "weight_decay")} for g in self.optimizer.param_groups]
+        base_lrs = list(self.scheduler.base_lrs)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        for group, mine in zip(self.optimizer.param_groups, settings):
+            group.update(mine)
+        self.scheduler.base_lrs = base_lrs
 
     # ---- training ---------------------------------------------------------------------------
     def fit(self) -> list[dict[str, Any]]:
