@@ -5,6 +5,8 @@ import multiprocessing
 from collections.abc import Iterator
 from typing import Any
 
+from datapipe.storage.isolate import forks_nothing
+
 from ..plan import ShardJob
 from ..shards import ShardContext, ShardRecords, Tick, build_shard
 
@@ -12,9 +14,12 @@ POLL_S = 0.2
 _COUNTS: Any = None  # shared (files, bytes) counters, inherited by the forked workers
 
 
-def _share_counts(counts: Any) -> None:
+def _worker_init(counts: Any) -> None:
+    """Pool worker init: the shared counters, and the mark that lets this worker, which forks
+    nothing, call the object store directly (datapipe.storage.isolate)."""
     global _COUNTS
     _COUNTS = counts
+    forks_nothing()
 
 
 def _count(files: int, stored: int) -> None:
@@ -47,7 +52,7 @@ class LocalEngine:
         fork = multiprocessing.get_context("fork")
         counts = fork.Array("q", 2)
         reported = [0, 0]
-        with fork.Pool(workers, initializer=_share_counts, initargs=(counts,)) as pool:
+        with fork.Pool(workers, initializer=_worker_init, initargs=(counts,)) as pool:
             pending = [pool.apply_async(_build, (job, ctx)) for job in jobs]
             while pending:
                 pending[0].wait(POLL_S)

@@ -9,6 +9,7 @@ import torch
 
 from ..formats.base import Dataset
 from ..sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan
+from ..storage.isolate import forks_nothing
 from ..transforms import decode_view, sample_rng
 from .base import BadSample, Batch, Loader, LoaderOptions, Normalizer, serve_or_substitute
 
@@ -78,6 +79,9 @@ class EpochBatches:
 
 
 def _seed_worker(worker_id: int) -> None:
+    """Worker init: NumPy's seed from torch's, and the mark that lets this worker, which forks
+    nothing, call the object store directly (datapipe.storage.isolate)."""
+    forks_nothing()
     seed = torch.initial_seed() % 2**32
     np.random.seed(seed)
 

@@ -1,7 +1,9 @@
 """Object stores behind one small interface: s3:// gs:// az:// http(s):// through obstore.
 
 obstore is not fork-safe (its runtime does not survive a fork), so a `RemoteStore` opens its client
-lazily in each process, checking the pid, and never pickles it. Credentials and endpoints come from
+lazily in each process, checking the pid, and never pickles it; and only a process that forks nothing
+afterwards calls obstore itself, every other one through a forked helper (datapipe.storage.isolate
+states the rule). Credentials and endpoints come from
 where the AWS, Google and Azure tools read them (AWS_* variables and ~/.aws files, AWS_ENDPOINT_URL,
 GOOGLE_APPLICATION_CREDENTIALS, AZURE_*); none is ever put in a message. Transient failures
 (connection errors, 5xx, timeouts) are retried by obstore with exponential backoff, boundedly.
@@ -18,7 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ExpectedError
-from .isolate import call_in_child, may_fork_workers
+from .isolate import call_in_child, direct_call_refused, may_fork_workers
 
 SCHEMES = ("s3", "gs", "az", "http", "https")
 
@@ -154,11 +156,14 @@ class RemoteStore:
         return self._store
 
     def _call(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        if may_fork_workers():  # keep obstore out of a process that forks workers (datapipe.storage.isolate)
+        if may_fork_workers():  # only a process that forks nothing calls obstore itself (datapipe.storage.isolate)
             return call_in_child(self._direct, name, fn, *args, **kwargs)
         return self._direct(name, fn, *args, **kwargs)
 
     def _direct(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        refused = direct_call_refused()  # forked after a process made requests: fail rather than hang
+        if refused:
+            raise StoreError(f"{self.describe(name)}: {refused}")
         try:
             return fn(self.store, name, *args, **kwargs)
         except Exception as exc:

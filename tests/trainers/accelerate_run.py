@@ -3,6 +3,7 @@ loader as it is, registered for checkpointing. Each rank writes what it was serv
 OUT/served-rank{r}.jsonl; state is saved mid-epoch and at an epoch's end with save_state.
 
 python accelerate_run.py DATA OUT [--resume DIR] [--save-step N] [--save-epoch E] [--prepare-loader]
+    [--workers N]
 (2 CPU processes through accelerate.notebook_launcher: `accelerate launch --cpu` starts one, or needs MPI)
 """
 from __future__ import annotations
@@ -21,7 +22,8 @@ import datapipe
 def train(args: argparse.Namespace) -> None:
     out = Path(args.out)
     accelerator = Accelerator(cpu=True)
-    loader = datapipe.make_loader(args.data, split="train", batch_size=4, train=True, image_size=16, num_workers=1)
+    loader = datapipe.make_loader(args.data, split="train", batch_size=4, train=True, image_size=16,
+                                  num_workers=args.workers)
     model = torch.nn.Linear(3, 3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -56,6 +58,7 @@ def main() -> None:
     parser.add_argument("data")
     parser.add_argument("out")
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--resume")
     parser.add_argument("--save-step", type=int)
     parser.add_argument("--save-epoch", type=int)

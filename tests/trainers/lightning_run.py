@@ -3,6 +3,7 @@ else. Each rank writes what it was served (epoch, step, record indices) to OUT/s
 checkpoints are saved mid-epoch and at an epoch's end through Trainer.save_checkpoint.
 
 python lightning_run.py DATA OUT --strategy ddp|ddp_spawn [--resume CKPT] [--save-step N] [--save-epoch E]
+    [--workers N] [--backend NAME] [--start-method fork|spawn|forkserver]
 """
 from __future__ import annotations
 
@@ -17,14 +18,15 @@ import datapipe
 
 
 class Recorder(pl.LightningModule):
-    def __init__(self, data: str, out: str, workers: int, backend: str) -> None:
+    def __init__(self, data: str, out: str, workers: int, backend: str, start_method: str | None) -> None:
         super().__init__()
         self.data, self.out, self.workers, self.backend = data, Path(out), workers, backend
+        self.start_method = start_method
         self.head = torch.nn.Linear(3, 3)
 
     def train_dataloader(self):
         return datapipe.make_loader(self.data, split="train", batch_size=4, train=True, image_size=16,
-                                    num_workers=self.workers, backend=self.backend)
+                                    num_workers=self.workers, backend=self.backend, start_method=self.start_method)
 
     def training_step(self, batch, batch_idx):
         images, labels, indices = batch
@@ -68,6 +70,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--backend", default="dataloader")
+    parser.add_argument("--start-method", help="how the loader starts its workers (default: the process's own)")
     parser.add_argument("--resume")
     parser.add_argument("--save-step", type=int)
     parser.add_argument("--save-epoch", type=int)
@@ -78,7 +81,8 @@ def main() -> None:
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0,
                          callbacks=[SaveAt(out, args.save_step, args.save_epoch)])
-    trainer.fit(Recorder(args.data, str(out), args.workers, args.backend), ckpt_path=args.resume)
+    module = Recorder(args.data, str(out), args.workers, args.backend, args.start_method)
+    trainer.fit(module, ckpt_path=args.resume)
 
 
 if __name__ == "__main__":

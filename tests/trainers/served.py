@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections import defaultdict
@@ -13,9 +15,15 @@ MID_STEP = 6  # epoch 1 after 2 of its 4 batches
 
 def run_script(script: Path, data, out, *args: str, timeout: int = 300) -> dict[int, list[dict]]:
     """Run a trainer script on 2 ranks; per rank, the records it wrote (steps served, epoch starts)."""
-    done = subprocess.run([sys.executable, str(script), str(data), str(out), *args], capture_output=True,
-                          text=True, timeout=timeout)
-    assert done.returncode == 0, done.stderr[-3000:]
+    process = subprocess.Popen([sys.executable, str(script), str(data), str(out), *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # the ranks and their workers too: nothing hangs on
+        _, stderr = process.communicate()
+        raise AssertionError(f"{script.name} did not finish in {timeout} s: {stderr[-3000:]}") from None
+    assert process.returncode == 0, stderr[-3000:]
     return {rank: [json.loads(line) for line in (Path(out) / f"served-rank{rank}.jsonl").read_text().splitlines()]
             for rank in (0, 1)}
 

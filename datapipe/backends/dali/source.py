@@ -5,7 +5,9 @@ One pipeline serves every epoch. The loader tells the workers which epoch and gl
 DALI epoch reads through an `EpochTable`, a small shared file written before the DALI epoch is
 started (DALI schedules an epoch's first batches when it is reset, so the row is always there in
 time). The callable pickles without open handles (spawned workers need that); each worker opens the
-store once, lazily.
+store once, lazily. A worker forks nothing, so the first call in a process other than the one that
+made the source marks that process as one that calls the object store directly
+(datapipe.storage.isolate); a call in the maker's process (the loader's own checks, a test) does not.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import numpy as np
 from ...decode import BadImageError, image_ext, jpeg_scan_start
 from ...formats.base import Dataset
 from ...sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan
+from ...storage.isolate import forks_nothing, may_fork_workers
 from ...transforms import sample_rng, view_geometry
 from ..base import serve_or_substitute
 
@@ -103,6 +106,7 @@ class PlannedSource:
 
     def __init__(self, dataset: Dataset, plan: EpochPlan | ShardPlan, table: EpochTable, settings: ViewSettings) -> None:
         self.dataset, self.plan, self.table, self.settings = dataset, plan, table, settings
+        self._maker_pid = os.getpid()  # kept through pickling: a spawned worker compares its own with it
         self._cached: tuple[tuple[int, int], list[np.ndarray]] | None = None
         self._ahead: list[tuple[int, ...]] | None = None
 
@@ -134,6 +138,8 @@ class PlannedSource:
         return None
 
     def __call__(self, batch_info) -> tuple[list[np.ndarray], ...]:
+        if os.getpid() != self._maker_pid and may_fork_workers():  # first call in a DALI worker
+            forks_nothing()
         epoch, written, limit = self.table.read(batch_info.epoch_idx)
         batches = self._batches(epoch, written)
         if batch_info.iteration >= min(limit, len(batches)):
