@@ -13,17 +13,24 @@ STEPS_PER_EPOCH = 4  # the packed fixture's 27 records over 2 ranks at batch 4: 
 MID_STEP = 6  # epoch 1 after 2 of its 4 batches
 
 
+def run_to_end(argv: list[str], timeout: int) -> str:
+    """Run a command that starts ranks; its stdout. On a timeout every process it started is killed
+    (it leads its own session) and the test fails, so nothing hangs on."""
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        _, stderr = process.communicate()
+        raise AssertionError(f"{argv[:2]} did not finish in {timeout} s: {stderr[-3000:]}") from None
+    assert process.returncode == 0, stderr[-3000:]
+    return stdout
+
+
 def run_script(script: Path, data, out, *args: str, timeout: int = 300) -> dict[int, list[dict]]:
     """Run a trainer script on 2 ranks; per rank, the records it wrote (steps served, epoch starts)."""
-    process = subprocess.Popen([sys.executable, str(script), str(data), str(out), *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        _, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)  # the ranks and their workers too: nothing hangs on
-        _, stderr = process.communicate()
-        raise AssertionError(f"{script.name} did not finish in {timeout} s: {stderr[-3000:]}") from None
-    assert process.returncode == 0, stderr[-3000:]
+    run_to_end([sys.executable, str(script), str(data), str(out), *args], timeout)
     return {rank: [json.loads(line) for line in (Path(out) / f"served-rank{rank}.jsonl").read_text().splitlines()]
             for rank in (0, 1)}
 
