@@ -174,7 +174,7 @@ def _run_bench(args: argparse.Namespace) -> int:
 def _add_remote_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sampling", default="auto", choices=["auto", "global", "shards"],
                    help="shards: shard-wise order (default for s3:// gs:// az:// http(s):// data); global: one permutation")
-    p.add_argument("--cache-dir", help="where remote shards are cached (default ~/.cache/datapipe/shards)")
+    p.add_argument("--cache-dir", help="where remote shards are cached (default: node-local, $TMPDIR or /tmp, /datapipe-UID/shards)")
     p.add_argument("--cache-limit", type=parse_size, help="bytes the shard cache may hold, e.g. 200GB (default: no limit)")
 
 

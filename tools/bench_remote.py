@@ -64,7 +64,7 @@ def main() -> int:
     proc, endpoint = start_moto()
     scratch = Path(tempfile.mkdtemp(prefix="datapipe-remote-bench-"))
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
-                      AWS_ENDPOINT_URL=endpoint, XDG_CACHE_HOME=str(scratch / "xdg"))
+                      AWS_ENDPOINT_URL=endpoint, TMPDIR=str(scratch))
     try:
         urllib.request.urlopen(urllib.request.Request(f"{endpoint}/bench", method="PUT")).close()
         url = f"s3://bench/{args.dataset.name}"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import logging
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,14 @@ def _loader_class(name: str) -> type[Loader]:
     return DataLoaderLoader
 
 
+def shards_held(options: LoaderOptions, shard_samples: list[int]) -> int:
+    """Shards one rank's readers hold in the cache at once under shard-wise sampling: its workers'
+    batches in flight span a window of consecutive shards; each reader also pins the shard before
+    its window (datapipe.storage.files) and fetches READ_AHEAD_SHARDS past it."""
+    in_flight = max(options.workers, 1) * options.prefetch_factor * options.batch_size
+    return math.ceil(in_flight / max(1, min(shard_samples))) + 2 + READ_AHEAD_SHARDS
+
+
 def make_plan(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochPlan | ShardPlan:
     """The global permutation, or shard-wise sampling (the default for remote datasets, on request for
     local shards); a remote dataset's cache must hold what its ranks read at once."""
@@ -65,10 +74,11 @@ def make_plan(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochPl
     if dataset.location.remote:
         cache = dataset.location.cache
         biggest = max(s["bytes"] for s in dataset.shard_entries())
-        ranks = local_world_size() or 1
-        cache.require(ranks * (READ_AHEAD_SHARDS + 2) * biggest,
-                      f"{ranks} rank(s) on this node, each reading a shard, its neighbour and {READ_AHEAD_SHARDS} "
-                      f"ahead, of up to {biggest:,} bytes,")
+        ranks, held = local_world_size() or 1, shards_held(options, [int(n) for n in sizes()])
+        cache.require(ranks * held * biggest,
+                      f"{ranks} rank(s) on this node, each holding {held} shards at once (those its workers' "
+                      f"batches in flight span, a neighbour each end, {READ_AHEAD_SHARDS} read ahead) of up to "
+                      f"{biggest:,} bytes,")
     return ShardPlan(tuple(int(n) for n in sizes()), options.batch_size, shard, options.seed, shuffle=options.train,
                      drop_last=options.drop_last)
 

@@ -102,7 +102,8 @@ def open_dataset(path: str | Path, split: str = "train", *, cache_dir: str | Pat
     """Open one split of a packed dataset (LMDB, HDF5, WebDataset), of a plain image folder, or
     WebDataset shards written by other tools (`shards/train-{000000..000009}.tar`). A `.wds` dataset
     may also be a URL (s3://, gs://, az://, http(s)://): its shards are fetched whole into `cache_dir`
-    (default ~/.cache/datapipe/shards), kept under `cache_limit` bytes, least recently used first."""
+    (default: node-local, $TMPDIR/datapipe-UID/shards), kept under `cache_limit` bytes, least recently used
+    first, files in use never evicted (datapipe.storage.cache)."""
     if is_url(path):
         return open_remote(str(path), split, cache_dir=Path(cache_dir) if cache_dir else None, cache_limit=cache_limit)
     if isinstance(path, str) and (path.endswith(".tar") or ("{" in path and not Path(path).exists())):

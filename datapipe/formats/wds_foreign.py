@@ -16,7 +16,7 @@ import numpy as np
 
 from ..records import Record
 from ..storage import default_cache_dir
-from ..storage.files import ShardFiles
+from ..storage.files import ShardFiles, open_listed
 from .base import Dataset, PerProcess
 from .tar import BLOCK, Component, parse_idx, scan_tar
 
@@ -102,7 +102,7 @@ class ForeignShardsDataset(Dataset):
         labels = self.index["label"]
         super().__init__(Path(shards[0]).parent, split="train",
                          classes=[str(c) for c in range(int(labels.max()) + 1 if len(labels) else 0)], size=len(labels))
-        self._files = PerProcess(functools.partial(ShardFiles, shards.__getitem__))
+        self._files = PerProcess(functools.partial(ShardFiles, functools.partial(open_listed, shards)))
 
     def shard_sizes(self) -> np.ndarray:
         return np.bincount(self.index["shard"], minlength=len(self.shards))

@@ -2,13 +2,14 @@
 
 Formats read through a `Location`, never through a path directly, so they need not know whether a
 file is on a disk or in a store: a remote file is read whole (`read_bytes`) or fetched into the shard
-cache and read from there (`local_path`).
+cache and opened from there (`open`, which pins the cached copy while the descriptor is open).
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from .cache import ShardCache, default_cache_dir
+from .cache import CacheFull, ShardCache, default_cache_dir
 from .urls import (RemoteStore, RetryPolicy, StoreAccessDenied, StoreError, StoreNotFound, StoreUnavailable,
                    is_url, redact)
 
@@ -33,8 +34,9 @@ class Location:
     def read_bytes(self, name: str) -> bytes:
         return (self.root / name).read_bytes()
 
-    def local_path(self, name: str, *, size: int | None = None, sha256: str | None = None) -> str:
-        return str(self.root / name)
+    def open(self, name: str, *, size: int | None = None, sha256: str | None = None) -> int:
+        """A read-only file descriptor of `name`; the caller closes it."""
+        return os.open(self.root / name, os.O_RDONLY)
 
     def prefetch(self, items: list[tuple[str, int | None, str | None]]) -> None:
         """Nothing to fetch on a local disk."""
@@ -57,12 +59,13 @@ class RemoteLocation(Location):
     def read_bytes(self, name: str) -> bytes:
         return self.store.read(name)
 
-    def local_path(self, name: str, *, size: int | None = None, sha256: str | None = None) -> str:
-        return self.cache.fetch(name, size=size, sha256=sha256)
+    def open(self, name: str, *, size: int | None = None, sha256: str | None = None) -> int:
+        """A descriptor of the cached copy (downloaded first if need be), pinned until closed."""
+        return self.cache.open(name, size=size, sha256=sha256)
 
     def prefetch(self, items: list[tuple[str, int | None, str | None]]) -> None:
         self.cache.prefetch(items)
 
 
-__all__ = ["Location", "RemoteLocation", "RemoteStore", "RetryPolicy", "ShardCache", "StoreAccessDenied",
+__all__ = ["CacheFull", "Location", "RemoteLocation", "RemoteStore", "RetryPolicy", "ShardCache", "StoreAccessDenied",
            "StoreError", "StoreNotFound", "StoreUnavailable", "default_cache_dir", "is_url", "redact"]

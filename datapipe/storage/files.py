@@ -6,17 +6,24 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 MAX_OPEN = 64
+MAX_OPEN_CACHED = 2  # a remote dataset's reader pins the shard it reads and its neighbour, no more
+
+
+def open_listed(paths: list[str], number: int) -> int:
+    """A read-only descriptor of `paths[number]` (an opener for local shard files)."""
+    return os.open(paths[number], os.O_RDONLY)
 
 
 class ShardFiles:
     """`pread(number, length, offset)` on shard `number`, opening it on first use and closing the least
-    recently used one past `max_open`. `locate(number)` gives the local path to open (for a remote
-    dataset it fetches the shard into the cache first). One instance per process: see `PerProcess`."""
+    recently used one past `max_open`. `opener(number)` gives a read-only descriptor (for a remote
+    dataset, of the cached copy, which stays pinned in the cache until closed: keep `max_open` small
+    there). One instance per process: see `PerProcess`."""
 
-    def __init__(self, locate: Callable[[int], str], *, max_open: int = MAX_OPEN) -> None:
+    def __init__(self, opener: Callable[[int], int], *, max_open: int = MAX_OPEN) -> None:
         if max_open < 1:
             raise ValueError(f"max_open must be >= 1, got {max_open}")
-        self.locate = locate
+        self.opener = opener
         self.max_open = max_open
         self._fds: OrderedDict[int, int] = OrderedDict()
 
@@ -27,7 +34,7 @@ class ShardFiles:
             return fd
         while len(self._fds) >= self.max_open:
             os.close(self._fds.popitem(last=False)[1])
-        fd = self._fds[number] = os.open(self.locate(number), os.O_RDONLY)
+        fd = self._fds[number] = self.opener(number)
         return fd
 
     def pread(self, number: int, length: int, offset: int) -> bytes:

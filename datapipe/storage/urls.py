@@ -11,6 +11,7 @@ GOOGLE_APPLICATION_CREDENTIALS, AZURE_*); none is ever put in a message. Transie
 from __future__ import annotations
 
 import configparser
+import errno
 import os
 import re
 from dataclasses import dataclass
@@ -166,6 +167,8 @@ class RemoteStore:
             raise StoreError(f"{self.describe(name)}: {refused}")
         try:
             return fn(self.store, name, *args, **kwargs)
+        except StoreError:
+            raise
         except Exception as exc:
             raise self._translate(name, exc) from None
 
@@ -173,6 +176,9 @@ class RemoteStore:
         import obstore.exceptions as ox
 
         where = self.describe(name)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return StoreError(f"{where}: no space left on the local disk while writing it ({exc.filename or exc}); "
+                              "free space there")
         if isinstance(exc, (FileNotFoundError, ox.NotFoundError)):
             return StoreNotFound(f"{where} does not exist; check the URL (bucket, prefix, file name)")
         if isinstance(exc, (PermissionError, ox.PermissionDeniedError, ox.UnauthenticatedError)):
@@ -201,15 +207,17 @@ class RemoteStore:
             return None
 
     def download(self, name: str, target: Path) -> int:
-        """Stream an object into a local file; return its size."""
+        """Stream an object into a local file (into the space a file already there reserved, cut to
+        what came); return its size."""
         import obstore
 
         def stream(store: Any, key: str) -> int:
             written = 0
-            with open(target, "wb") as fh:
+            with open(target, "r+b" if Path(target).exists() else "wb") as fh:
                 for chunk in obstore.get(store, key):
                     fh.write(chunk)
                     written += len(chunk)
+                fh.truncate(written)
             return written
 
         return self._call(name, stream)

@@ -33,6 +33,13 @@ class S3Server:
             self.server._server.server_close()
 
 
+def isolated_cache(monkeypatch, tmp_path) -> None:
+    """The default shard cache ($TMPDIR/datapipe-UID) in this test's own folder, for its children too."""
+    folder = tmp_path / "tmpdir"
+    folder.mkdir(exist_ok=True)
+    monkeypatch.setenv("TMPDIR", str(folder))
+
+
 @pytest.fixture
 def s3(monkeypatch, tmp_path):
     server = S3Server()
@@ -40,7 +47,7 @@ def s3(monkeypatch, tmp_path):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing-secret-never-printed")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("AWS_ENDPOINT_URL", server.endpoint)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    isolated_cache(monkeypatch, tmp_path)
     yield server
     server.stop()
 
@@ -85,7 +92,7 @@ def http_root(tmp_path, monkeypatch):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    isolated_cache(monkeypatch, tmp_path)
     yield root, f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()

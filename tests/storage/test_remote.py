@@ -28,7 +28,17 @@ def read_all(ds):
 
 
 def cached_files(ds):
-    return sorted(p.name for p in ds.location.cache.folder.iterdir())
+    """The names of the whole copies in the dataset's cache folder (NAME@KEY)."""
+    return sorted(p.name.split("@")[0] for p in ds.location.cache.folder.iterdir() if not p.name.startswith("."))
+
+
+def cached_copy(ds, name):
+    (path,) = ds.location.cache.folder.glob(f"{name}@*")
+    return path
+
+
+def fetch(cache, name):
+    os.close(cache.open(name))
 
 
 def test_an_s3_dataset_reads_the_same_records_as_on_disk_through_the_cache(s3_wds, packed_wds):
@@ -123,7 +133,7 @@ def test_a_missing_dataset_or_object_is_named_at_once(s3):
 def test_a_cached_shard_of_the_wrong_size_is_fetched_again_and_a_damaged_upload_refused(s3_wds, packed_wds):
     ds = open_dataset(s3_wds)
     expected = read_all(ds)
-    shard = ds.location.cache.folder / "train-000000.tar"
+    shard = cached_copy(ds, "train-000000.tar")
     shard.write_bytes(shard.read_bytes()[:1000])
     assert read_all(open_dataset(s3_wds)) == expected
     assert shard.stat().st_size == (packed_wds / "train-000000.tar").stat().st_size
@@ -149,13 +159,13 @@ def test_the_cache_evicts_least_recently_used_and_stays_under_its_limit(s3_wds, 
     probe = open_dataset(s3_wds, cache_dir=tmp_path / "c")
     sizes = [s["bytes"] for s in probe.shard_entries()]
     assert len(sizes) >= 3
-    limit = max(sizes) * 2 + probe.location.cache.folder.joinpath("train.offsets.npy").stat().st_size
+    limit = max(sizes) * 2 + cached_copy(probe, "train.offsets.npy").stat().st_size
     ds = open_dataset(s3_wds, cache_dir=tmp_path / "c", cache_limit=limit)
     cache = ds.location.cache
     for name in ("train-000000.tar", "train-000001.tar"):
-        cache.fetch(name)
-    cache.fetch("train-000000.tar")  # used again: now the most recent
-    cache.fetch("train-000002.tar")
+        fetch(cache, name)
+    fetch(cache, "train-000000.tar")  # used again: now the most recent
+    fetch(cache, "train-000002.tar")
     names = cached_files(ds)
     assert "train-000000.tar" in names and "train-000002.tar" in names and "train-000001.tar" not in names
     assert sum(p.stat().st_size for p in cache.root.glob("*/*")) <= limit
@@ -165,10 +175,11 @@ def test_the_cache_evicts_least_recently_used_and_stays_under_its_limit(s3_wds, 
 def test_a_crashed_download_leaves_nothing_that_looks_whole(s3_wds, tmp_path):
     ds = open_dataset(s3_wds, cache_dir=tmp_path / "c", cache_limit=10 << 20)
     cache = ds.location.cache
-    stale = cache.folder / ".train-000000.tar.999999999.part"  # a download whose process died
+    copy = cache.path("train-000000.tar", sha256=ds.shard_entries()[0]["sha256"])
+    stale = cache.folder / f".{copy.name}~{cache.host}~999999999.part"  # a download whose process died
     stale.write_bytes(b"half a shard")
-    assert cache.cached("train-000000.tar") is None
-    cache.fetch("train-000001.tar")  # making room sweeps parts of dead processes
+    assert not copy.exists()
+    fetch(cache, "train-000001.tar")  # making room sweeps parts of dead processes
     assert not stale.exists()
     assert ds.record(0) == open_dataset(s3_wds).record(0)
 

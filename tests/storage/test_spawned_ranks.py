@@ -89,7 +89,7 @@ def test_an_s3_dataset_read_by_ranks_started_by_torch_spawn(s3_dataset, packed_w
 @WORKERS
 def test_an_s3_dataset_read_by_ranks_started_by_a_forkserver(s3_dataset, packed_wds, tmp_path, workers):
     forkserver = multiprocessing.get_context("forkserver")  # one server per pytest process, started once
-    environ = {k: v for k, v in os.environ.items() if k.startswith("AWS_") or k == "XDG_CACHE_HOME"}
+    environ = {k: v for k, v in os.environ.items() if k.startswith("AWS_") or k == "TMPDIR"}
     ranks = [forkserver.Process(target=read_epoch,
                                 args=(rank, WORLD, s3_dataset, str(tmp_path), "dataloader", workers, environ))
              for rank in range(WORLD)]
