@@ -13,3 +13,8 @@ class StrictStop(ConvertError):
 class ShardFailed(ConvertError):
     """A shard task failed for a reason other than a bad input file (the disk, the store, a bug);
     what was committed stays for --resume."""
+
+
+class WorkerDied(ConvertError):
+    """A worker process died (killed by a signal, e.g. by the out-of-memory killer, or crashed); the
+    message names what it was doing, and what was finished stays for --resume."""

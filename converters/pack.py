@@ -8,8 +8,8 @@ writer makes its data durable and then the progress file is replaced.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
-import multiprocessing
 import os
 import time
 from collections.abc import Iterator
@@ -28,11 +28,13 @@ from datapipe.storage import RemoteStore, is_url, redact
 
 from .engines import ENGINES, Engine, make_engine
 from .errors import ConvertError, StrictStop
+from .inputs import reading
 from .plan import Plan, Task, make_plan
 from .sharded import ShardedResult, write_shards
 from .shards import ShardContext
 from .staging import Progress, mismatched_arguments, publish, remove
 from .targets import FolderTarget, Target
+from .workers import WorkerPool
 
 log = logging.getLogger(__name__)
 MIN_AUTO_SHARD, MAX_AUTO_SHARD, TARGET_SHARDS = 16 << 20, 256 << 20, 128
@@ -142,15 +144,13 @@ def _prepare(job: tuple[str, str, int]) -> Result:
     digest), or (None, the reason the file is bad)."""
     path, key, label = job
     try:
-        with open(path, "rb") as fh:
+        with reading(path), open(path, "rb") as fh:
             raw = fh.read()
             identity = _identity(fh.fileno())
         data = check_image(raw, **_WORKER_OPTIONS).data
         return identity if data is raw else data, record_digest(key, label, data)
     except BadImageError as exc:
         return None, str(exc)
-    except OSError as exc:
-        return None, f"unreadable: {exc.strerror or exc}"
 
 
 def _stored_bytes(task: Task, payload: bytes | tuple[int, ...]) -> bytes:
@@ -160,25 +160,23 @@ def _stored_bytes(task: Task, payload: bytes | tuple[int, ...]) -> bytes:
     digest is the worker's."""
     if isinstance(payload, bytes):
         return payload
-    try:
-        with open(task.path, "rb") as fh:
-            if _identity(fh.fileno()) != payload:
-                raise BadImageError("changed while it was being converted")
-            return fh.read()
-    except OSError as exc:
-        raise BadImageError(f"unreadable: {exc.strerror or exc}") from None
+    with reading(task.path), open(task.path, "rb") as fh:
+        if _identity(fh.fileno()) != payload:
+            raise BadImageError("changed while it was being converted")
+        return fh.read()
 
 
-def _results(tasks: list[Task], workers: int, options: ConvertOptions) -> Iterator[Result]:
+def _results(tasks: list[Task], workers: int, options: ConvertOptions, staging: Path) -> Iterator[Result]:
+    """Each task's `_prepare` result, in order, from `workers` forked processes (here when 1)."""
     jobs = [(t.path, t.key, t.label) for t in tasks]
     checks = options.checks
     if workers == 1:
         _init_worker(checks)
         yield from map(_prepare, jobs)
         return
-    with multiprocessing.get_context("fork").Pool(
-            workers, initializer=_init_worker, initargs=(checks,)) as pool:
-        yield from pool.imap(_prepare, jobs, chunksize=16)
+    with WorkerPool(workers, lambda i: f"reading {tasks[i].path}", str(staging),
+                    initializer=_init_worker, initargs=(checks,)) as pool:
+        yield from pool.map(_prepare, jobs, chunk=16)
 
 
 def _start(src: Path, dst: Path, options: ConvertOptions, spec: FormatSpec, plan: Plan,
@@ -313,8 +311,9 @@ def _write_all(plan: Plan, writer: Any, progress: Progress, staging: Path, optio
     bar = tqdm(total=len(plan.tasks), initial=progress.done, unit="img", disable=not options.progress,
                dynamic_ncols=True, smoothing=0.05)
     megabytes, last, started = 0.0, 0.0, time.perf_counter()
-    with bar:
-        for task, (payload, digest_or_reason) in zip(todo, _results(todo, min(workers, max(1, len(todo))), options)):
+    results = _results(todo, min(workers, max(1, len(todo))), options, staging)
+    with bar, contextlib.closing(results):  # an error here stops the workers at once
+        for (payload, digest_or_reason), task in zip(results, todo):
             info = progress.splits[task.split]
             try:
                 data = None if payload is None else _stored_bytes(task, payload)

@@ -8,8 +8,10 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from datapipe.scan import FolderLayout, scan_folder, scan_labelled
+from datapipe.scan import FolderLayout, ImageFile, scan_folder, scan_labelled
 from datapipe.storage.urls import is_url, redact
+
+from .inputs import unreadable_reason
 
 
 @dataclass(frozen=True)
@@ -43,24 +45,41 @@ def _ordered_splits(names: list[str]) -> list[str]:
     return sorted(names, key=lambda s: (s not in ("train", "training"), s))
 
 
+def _size(f: ImageFile, skipped: list[dict[str, str]]) -> int | None:
+    """The file's size (from a store's listing, or its stat); None, and the file added to `skipped`
+    with the reason, when it cannot be read (a dangling symlink, a file gone since it was listed)."""
+    if f.size is not None:
+        return f.size
+    try:
+        return os.stat(f.path).st_size
+    except OSError as exc:
+        reason = unreadable_reason(str(f.path), exc)
+        if reason is None:
+            raise
+        skipped.append({"path": f.relpath, "reason": reason})
+        return None
+
+
 def plan_from_layout(layout: FolderLayout, *, shuffle_seed: int | None, url: str | None = None) -> Plan:
     """Tasks split by split (train first); within a split sorted like ImageFolder, or shuffled by seed.
     For a store prefix (`url`) each task's path is its object's URL and sizes come from the listing."""
     tasks: list[Task] = []
     digest = hashlib.sha256()
     total = 0
-    for split in _ordered_splits(list(layout.splits)):
+    skipped = {s: list(layout.skipped.get(s, [])) for s in _ordered_splits(list(layout.splits))}
+    for split in skipped:
         files = list(layout.splits[split])
         if shuffle_seed is not None:
             random.Random(f"{shuffle_seed}/{split}").shuffle(files)
         for f in files:
-            size = os.stat(f.path).st_size if f.size is None else f.size
+            size = _size(f, skipped[split])
+            if size is None:
+                continue
             total += size
             digest.update(f"{split}\0{f.relpath}\0{f.label}\0{size}\n".encode())
             path = f"{url.rstrip('/')}/{f.relpath}" if url else str(f.path)
             tasks.append(Task(split, path, f.relpath, f.key, f.label, size))
     digest.update("\0".join(layout.classes.classes).encode())
-    skipped = {s: list(layout.skipped.get(s, [])) for s in _ordered_splits(list(layout.splits))}
     return Plan(list(layout.classes.classes), tasks, skipped, total, digest.hexdigest())
 
 

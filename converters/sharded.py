@@ -8,6 +8,7 @@ never on the engine, the number of workers or the order shards finish in.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import time
@@ -128,8 +129,9 @@ def write_shards(plan: Plan, ctx: ShardContext, engine: Engine, *, shard_bytes: 
         bar.update(files)
         bar.set_postfix_str(f"{stored[0] / 1e6 / max(time.perf_counter() - started, 1e-9):.1f} MB/s", refresh=False)
 
-    with bar:
-        for records in engine.run(todo, ctx, tick):
+    built = engine.run(todo, ctx, tick)
+    with bar, contextlib.closing(built):  # an error here stops the engine's work at once
+        for records in built:
             merger.add(records)
     ctx.target.clear_scratch()  # what killed attempts left
     seconds = time.perf_counter() - started

@@ -18,6 +18,7 @@ from datapipe.records import Record, record_digest
 from datapipe.storage import RemoteStore, StoreNotFound
 
 from .errors import ConvertError, ShardFailed, StrictStop
+from .inputs import read_input
 from .plan import ShardJob, Task
 from .targets import LIST_SUFFIX, Target
 
@@ -70,16 +71,13 @@ class ShardContext:
 
 def read_checked(task: Task, checks: dict[str, Any], source: RemoteStore | None = None) -> bytes:
     """The bytes to store for one input file (its own, or converted), or BadImageError saying why not.
-    From a store, a missing object is a bad file; a store that fails is an error of the run."""
+    A file that is gone or unreadable is a bad file (converters.inputs); a disk or a store that
+    fails is an error of the run."""
+    if source is None:
+        return check_image(read_input(task.path), **checks).data
     try:
-        if source is not None:
-            raw = source.read(task.relpath)
-        else:
-            with open(task.path, "rb") as fh:
-                raw = fh.read()
-    except (OSError, StoreNotFound) as exc:
-        if source is not None and not isinstance(exc, StoreNotFound):
-            raise
+        raw = source.read(task.relpath)
+    except StoreNotFound as exc:
         raise BadImageError(f"unreadable: {getattr(exc, 'strerror', None) or exc}") from None
     return check_image(raw, **checks).data
 
@@ -95,7 +93,7 @@ def build_shard(job: ShardJob, ctx: ShardContext, tick: Tick | None = None) -> S
             except ConvertError:
                 raise
             except OSError as exc:  # the disk or the store: the system's error, saying where it happened
-                raise OSError(exc.errno, f"{exc.strerror or exc} (writing shard {job.name}, at {task.relpath})",
+                raise OSError(exc.errno, f"{exc.strerror or exc} (building shard {job.name}, at {task.relpath})",
                               exc.filename) from exc
             except Exception as exc:  # a failure of ours: name the shard and the file
                 raise ShardFailed(f"shard {job.name} failed at {task.path}: {type(exc).__name__}: {exc}") from exc

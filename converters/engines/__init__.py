@@ -18,7 +18,8 @@ class Engine(Protocol):
     name: str
 
     def run(self, jobs: list[ShardJob], ctx: ShardContext, tick: Tick) -> Iterator[ShardRecords]:
-        """Build every job's shard; yield the record lists in any order; report progress through tick."""
+        """Build every job's shard; yield the record lists in any order; report progress through tick.
+        A generator: the driver closes it when it stops early, and closing it stops the work."""
         ...
 
 

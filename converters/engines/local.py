@@ -1,21 +1,24 @@
-"""The local engine: one whole shard per task on a fork pool of this machine's cores."""
+"""The local engine: one whole shard per task on forked workers of this machine's cores
+(converters.workers: a worker that dies ends the run naming its shard, instead of a wait)."""
 from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, wait
 from typing import Any
 
 from datapipe.storage.isolate import forks_nothing
 
 from ..plan import ShardJob
 from ..shards import ShardContext, ShardRecords, Tick, build_shard
+from ..workers import WorkerPool
 
 POLL_S = 0.2
 _COUNTS: Any = None  # shared (files, bytes) counters, inherited by the forked workers
 
 
 def _worker_init(counts: Any) -> None:
-    """Pool worker init: the shared counters, and the mark that lets this worker, which forks
+    """Worker init: the shared counters, and the mark that lets this worker, which forks
     nothing, call the object store directly (datapipe.storage.isolate)."""
     global _COUNTS
     _COUNTS = counts
@@ -49,19 +52,27 @@ class LocalEngine:
             for job in jobs:
                 yield build_shard(job, ctx, tick)
             return
-        fork = multiprocessing.get_context("fork")
-        counts = fork.Array("q", 2)
-        reported = [0, 0]
-        with fork.Pool(workers, initializer=_worker_init, initargs=(counts,)) as pool:
-            pending = [pool.apply_async(_build, (job, ctx)) for job in jobs]
+        counts = multiprocessing.get_context("fork").Array("q", 2)
+        reported = (0, 0)
+        with WorkerPool(workers, lambda n: f"building shard {jobs[n].name}", ctx.target.describe(),
+                        initializer=_worker_init, initargs=(counts,)) as pool:
+            pending = {pool.submit(_build, n, [job], ctx) for n, job in enumerate(jobs)}
             while pending:
-                pending[0].wait(POLL_S)
-                with counts.get_lock():
-                    now = [counts[0], counts[1]]
-                tick(now[0] - reported[0], now[1] - reported[1])
-                reported = now
-                ready = [r.ready() for r in pending]
-                finished = [r for r, done in zip(pending, ready) if done]
-                pending = [r for r, done in zip(pending, ready) if not done]
-                for result in finished:
-                    yield result.get()
+                finished, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
+                reported = _report(counts, reported, tick)
+                for future in finished:
+                    yield future.result()[0]
+
+
+def _report(counts: Any, reported: tuple[int, int], tick: Tick) -> tuple[int, int]:
+    """Tick what the workers counted since `reported`; returns the counts now. Never waits long for
+    the lock: a worker killed while it held the lock (the pool reports that death) keeps it forever."""
+    lock = counts.get_lock()
+    if not lock.acquire(timeout=POLL_S):
+        return reported
+    try:
+        now = (counts[0], counts[1])
+    finally:
+        lock.release()
+    tick(now[0] - reported[0], now[1] - reported[1])
+    return now
