@@ -234,7 +234,8 @@ def suite_baseline(name: str, ds: Dataset, opts: BenchOptions, device: torch.dev
     cases = [Case(name, ds.format, "baseline", "naive-imagefolder", timed(naive_batches, lambda b: len(b[0]), opts, device))]
     if isinstance(ds, FolderDataset) and "dali" in opts.backends:
         try:
-            dali = plain_dali_loader([str(f.path) for f in ds.files], [f.label for f in ds.files],
+            records = range(len(ds))
+            dali = plain_dali_loader([str(ds.file_path(i)) for i in records], [ds.index.label(i) for i in records],
                                      batch_size=opts.batch_size, size=opts.image_size, workers=workers)
         except ImportError as exc:
             return cases + [Case(name, ds.format, "baseline", "plain-dali-cpu", None, note=f"skipped: {exc}")]
