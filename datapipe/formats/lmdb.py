@@ -1,7 +1,9 @@
 """LMDB: one environment folder; key `split/0000000042`, value = the packed record (JSON meta + bytes)."""
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +83,8 @@ class LmdbWriter(Writer):
         self._pending.append((record_key(split, index), value))
         self._pending_bytes += len(value)
         if self._pending_bytes >= _TXN_BYTES:
-            self._commit()
+            with _system_error(self.staging):
+                self._commit()
 
     def _commit(self) -> None:
         while self._pending:
@@ -96,8 +99,9 @@ class LmdbWriter(Writer):
             self._pending, self._pending_bytes = [], 0
 
     def checkpoint(self) -> dict[str, Any]:
-        self._commit()
-        self._env.sync(True)
+        with _system_error(self.staging):
+            self._commit()
+            self._env.sync(True)
         return {}
 
     def restore(self, state: dict[str, Any], counts: dict[str, int]) -> None:
@@ -116,6 +120,18 @@ class LmdbWriter(Writer):
 
     def abort(self) -> None:
         self._env.close()
+
+
+@contextlib.contextmanager
+def _system_error(where: Path) -> Iterator[None]:
+    """LMDB's write failures (a full disk, an I/O error) as the OSError they are, naming the folder, so
+    the converter stops in one line and keeps the finished part for --resume."""
+    try:
+        yield
+    except lmdb.MapFullError:
+        raise
+    except lmdb.Error as exc:
+        raise OSError(f"LMDB could not write {where}: {exc}") from None
 
 
 def _split_heads(txn: lmdb.Transaction) -> list[bytes]:

@@ -162,10 +162,12 @@ def test_an_io_error_reading_an_input_stops_the_run(source, tmp_path, suffix):
     assert staging_path(dst).exists() and not dst.exists()
 
 
-def test_a_full_disk_stops_an_hdf5_conversion_too(tmp_path):
+@pytest.mark.parametrize("suffix, says", [(".h5", "too large"), (".lmdb", "LMDB could not write")])
+def test_a_full_disk_stops_the_conversion_in_one_line(tmp_path, suffix, says):
     """The output side: a write that fails (RLIMIT_FSIZE past 100 KB, EFBIG as a full disk's ENOSPC)
-    stops the run in one line and keeps the finished part; it is never a skipped input."""
-    dst = tmp_path / "out.h5"
+    stops the run in one line and keeps the finished part; it is never a skipped input (LMDB's
+    failure was an lmdb.Error traceback)."""
+    dst = tmp_path / f"out{suffix}"
 
     def small_disk():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -174,5 +176,5 @@ def test_a_full_disk_stops_an_hdf5_conversion_too(tmp_path):
     done = run_datapipe(["convert", str(IMAGEFOLDER), str(dst), "--workers", "2", "--checkpoint-every", "3"],
                         preexec_fn=small_disk)
     message = one_line_error(done, 1)
-    assert "too large" in message and "--resume" in message and not dst.exists()
+    assert says in message and "--resume" in message and not dst.exists()
     assert staging_path(dst).exists()
