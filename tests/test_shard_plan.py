@@ -1,5 +1,6 @@
 """Shard-wise sampling: every sample once per epoch, equal ranks, few shards per rank, exact and
-elastic resume from segment positions."""
+elastic resume from segment positions; shard by shard (mix_shards=1) and mixed in blocks (the
+default, and blocks smaller than a rank's piece). Mixing itself: tests/test_shard_mixing.py."""
 from __future__ import annotations
 
 import itertools
@@ -10,6 +11,7 @@ import pytest
 from datapipe.sharding import Shard, ShardPlan
 
 SIZES = (40, 37, 45, 41, 39, 44, 38, 42, 43, 36, 40, 35)  # 12 shards, 480 samples
+MIXES = [{"mix_shards": 1}, {"mix_shards": 3}, {}]  # shard by shard, blocks of 3 shards, the default
 
 
 def plans(world, batch=8, **kw):
@@ -23,9 +25,10 @@ def consume(world, position, batches, epoch=0, **kw):
     return read, ps[0].offset_after(position, batches)
 
 
+@pytest.mark.parametrize("mix", MIXES)
 @pytest.mark.parametrize("world", [1, 2, 3, 5, 8])
-def test_every_sample_once_equal_batches_and_only_a_few_shards_per_rank(world):
-    ps = plans(world)
+def test_every_sample_once_equal_batches_and_only_a_few_shards_per_rank(world, mix):
+    ps = plans(world, **mix)
     per_rank = [p.rank_indices(0) for p in ps]
     assert len({len(r) for r in per_rank}) == 1 and len({len(p) for p in ps}) == 1
     everything = np.concatenate(per_rank)
@@ -38,7 +41,7 @@ def test_every_sample_once_equal_batches_and_only_a_few_shards_per_rank(world):
 
 
 def test_each_epoch_a_new_shard_order_and_a_shuffle_inside_shards():
-    p = plans(1)[0]
+    p = plans(1, mix_shards=1)[0]
     e0, e1 = p.rank_indices(0), p.rank_indices(1)
     assert sorted(e0.tolist()) == sorted(e1.tolist()) and not np.array_equal(e0, e1)
     runs = [k for k, _ in itertools.groupby(p.shard_of(e0).tolist())]
@@ -49,9 +52,10 @@ def test_each_epoch_a_new_shard_order_and_a_shuffle_inside_shards():
     assert np.array_equal(ShardPlan(SIZES, 8, shuffle=False).rank_indices(0), np.arange(sum(SIZES)))
 
 
+@pytest.mark.parametrize("mix", MIXES)
 @pytest.mark.parametrize("drop_last", [False, True])
-def test_resume_at_the_same_world_size_is_the_exact_continuation(drop_last):
-    ps = plans(3, drop_last=drop_last)
+def test_resume_at_the_same_world_size_is_the_exact_continuation(drop_last, mix):
+    ps = plans(3, drop_last=drop_last, **mix)
     position = ps[0].offset_after(ps[0].start, 4)
     position = ps[0].offset_after(position, 2)  # two saves in a row at one world size stay one segment
     assert position == ((3, 48),)
@@ -61,13 +65,14 @@ def test_resume_at_the_same_world_size_is_the_exact_continuation(drop_last):
         assert p.decode(p.encode(position)) == position
 
 
+@pytest.mark.parametrize("mix", MIXES)
 @pytest.mark.parametrize("worlds", [(3, 2), (2, 5), (4, 1, 3), (8, 3, 2)])
-def test_elastic_resume_reads_every_remaining_sample_exactly_once(worlds):
+def test_elastic_resume_reads_every_remaining_sample_exactly_once(worlds, mix):
     position, seen = (), []
     for world in worlds[:-1]:
-        read, position = consume(world, position, 3)
+        read, position = consume(world, position, 3, **mix)
         seen += read
-    last = plans(worlds[-1])
+    last = plans(worlds[-1], **mix)
     rest = [i for p in last for i in p.rank_indices(0, position).tolist()]
     assert len({len(p.rank_indices(0, position)) for p in last}) == 1
     assert len(set(seen)) == len(seen)  # nothing read twice before the end of the epoch

@@ -47,12 +47,22 @@ def _loader_class(name: str) -> type[Loader]:
     return DataLoaderLoader
 
 
-def shards_held(options: LoaderOptions, shard_samples: list[int]) -> int:
+def shards_held(options: LoaderOptions, shard_samples: list[int], mix_shards: int) -> int:
     """Shards one rank's readers hold in the cache at once under shard-wise sampling: its workers'
     batches in flight span a window of consecutive shards; each reader also pins the shard before
-    its window (datapipe.storage.files) and fetches READ_AHEAD_SHARDS past it."""
+    its window (datapipe.storage.files) and fetches READ_AHEAD_SHARDS past it. When training, shards
+    are mixed in blocks of ShardPlan.mix_shards: the window spans whole blocks, and the next block's
+    shards are fetched while one is read (ShardPlan.shards_ahead), which where the window straddles
+    two blocks reaches into a third: at most the window's shards, at most a block's."""
     in_flight = max(options.workers, 1) * options.prefetch_factor * options.batch_size
-    return math.ceil(in_flight / max(1, min(shard_samples))) + 2 + READ_AHEAD_SHARDS
+    smallest = max(1, min(shard_samples))
+    window = math.ceil(in_flight / smallest)
+    mix = min(mix_shards, len(shard_samples)) if options.train else 1
+    if mix == 1:
+        return window + 2 + READ_AHEAD_SHARDS
+    lead = math.ceil((mix - 1) * sum(shard_samples) / len(shard_samples) / smallest)
+    blocks = math.ceil(in_flight / (mix * smallest)) + 1
+    return mix * blocks + min(window, lead) + 1 + READ_AHEAD_SHARDS
 
 
 def make_plan(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochPlan | ShardPlan:
@@ -71,16 +81,18 @@ def make_plan(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochPl
     if sizes is None:
         raise ValueError(f"sampling='shards' needs a sharded dataset (.wds or shard files); {dataset} is "
                          f"{dataset.format!r}: use sampling='global'")
+    # datapipe's own shards were shuffled when written: reading them shard by shard is already mixed
+    mix = 1 if dataset.shuffled_at_write else ShardPlan.mix_shards
     if dataset.location.remote:
         cache = dataset.location.cache
         biggest = max(s["bytes"] for s in dataset.shard_entries())
-        ranks, held = local_world_size() or 1, shards_held(options, [int(n) for n in sizes()])
+        ranks, held = local_world_size() or 1, shards_held(options, [int(n) for n in sizes()], mix)
         cache.require(ranks * held * biggest,
                       f"{ranks} rank(s) on this node, each holding {held} shards at once (those its workers' "
                       f"batches in flight span, a neighbour each end, {READ_AHEAD_SHARDS} read ahead) of up to "
                       f"{biggest:,} bytes,")
     return ShardPlan(tuple(int(n) for n in sizes()), options.batch_size, shard, options.seed, shuffle=options.train,
-                     drop_last=options.drop_last)
+                     drop_last=options.drop_last, mix_shards=mix)
 
 
 def make_loader(source: str | Path | Dataset, *, split: str = "train", backend: str = "auto",

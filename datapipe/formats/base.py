@@ -39,6 +39,7 @@ class Dataset(abc.ABC):
 
     format: str = ""
     validated = True  # every record passed `datapipe convert`'s checks (False: a folder, other tools' shards)
+    shuffled_at_write = False  # records were shuffled across shards when written (datapipe's .wds)
 
     def __init__(self, path: Path | str, *, split: str, classes: list[str], size: int) -> None:
         self.path: Path | str = path if is_url(path) else Path(path)  # a URL stays a string

@@ -116,6 +116,7 @@ class WdsDataset(Dataset):
     """Random access into this project's shards: one pread per sample, shards opened through an LRU."""
 
     format = NAME
+    shuffled_at_write = True  # `datapipe convert` shuffles a .wds before cutting shards (--seed)
 
     def __init__(self, path: Path | str, manifest: Manifest, split: str, *, location: Location | None = None) -> None:
         info = manifest.split(split)

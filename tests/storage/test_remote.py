@@ -116,7 +116,7 @@ def test_a_server_gone_mid_epoch_ends_in_an_error_naming_the_shard(s3, s3_wds, c
     next(batches)
     s3.stop()
     loader.dataset.location.cache.drain()  # read-ahead downloads in flight end first
-    for shard in loader.dataset.location.cache.folder.glob("*.tar"):  # what a small cache evicted
+    for shard in loader.dataset.location.cache.folder.glob("*.tar@*"):  # what a small cache evicted
         shard.unlink()
     with caplog.at_level(logging.DEBUG), pytest.raises(StoreUnavailable, match=r"s3://data/fixture\.wds/train-0000\d\d\.tar"):
         for _ in batches:
