@@ -1,7 +1,13 @@
-"""HDF5: one file; per split a group of columns: data (vlen uint8), labels, keys, paths, sha256.
+"""HDF5: one file; per split a group of columns: blob + offsets, labels, keys, paths, sha256.
+
+A split's encoded images lie end to end in one flat uint8 `blob`; record i is
+`blob[offsets[i]:offsets[i + 1]]` (`offsets` holds n + 1 int64). The group's `layout` attribute names
+that layout ("blob-offsets"). Files written before it existed have no such attribute and hold a vlen
+uint8 `data` column instead; they are still read. The vlen layout cost every reader process memory
+that grew with the records it read (HDF5 caches the global-heap collections vlen rows live in).
 
 The manifest is the file's `datapipe_manifest` attribute, written last. JPEG bytes are stored
-uncompressed (they do not compress, and vlen payloads cannot be filtered anyway).
+uncompressed (they do not compress).
 """
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..records import Manifest, Record, Sample
+from ..records import Manifest, Record, Sample, SplitInfo
 from .base import Dataset, PerProcess, Writer, fsync_file
 from .spool import Spool
 
@@ -23,16 +29,21 @@ NAME = "hdf5"
 SUFFIXES = (".h5", ".hdf5")
 MANIFEST_ATTR = "datapipe_manifest"
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
+LAYOUT_ATTR = "layout"
+BLOB_LAYOUT = "blob-offsets"  # absent attribute: the earlier layout, a vlen uint8 `data` column
 _CHUNK = 256
 _BATCH_ROWS = 512
 _STR = h5py.string_dtype("utf-8")
-_COLUMNS = {
-    "data": h5py.vlen_dtype(np.uint8),
-    "labels": np.int64,
+_COLUMNS = {  # chunked, as in the earlier layout; blob, offsets and labels are contiguous
     "keys": _STR,
     "paths": _STR,
     "sha256": h5py.string_dtype("ascii", 64),
 }
+# What one reader process lets HDF5 cache, whatever the file's size. No chunk cache (HDF5 2.0 keeps up to
+# 8 MiB per chunked dataset; reads are random, so it hardly ever hits) and a fixed 256 KiB metadata
+# cache (by default it grows towards 32 MiB under random reads of the keys' heap collections).
+_CHUNK_CACHE_BYTES = 0
+_METADATA_CACHE_BYTES = 256 << 10
 
 
 def is_hdf5(path: Path) -> bool:
@@ -53,14 +64,55 @@ def read_manifest(path: Path) -> Manifest | None:
     return None if text is None else Manifest.from_json(str(text), source=f"{path}:{MANIFEST_ATTR}")
 
 
+def _open(path: str) -> h5py.File:
+    """The file opened for reading with bounded caches (see _METADATA_CACHE_BYTES)."""
+    f = h5py.File(path, "r", rdcc_nbytes=_CHUNK_CACHE_BYTES)
+    config = f.id.get_mdc_config()
+    config.set_initial_size = True
+    config.initial_size = config.min_size = config.max_size = _METADATA_CACHE_BYTES
+    config.incr_mode = config.flash_incr_mode = config.decr_mode = 0  # H5C_*__off: a fixed size
+    f.id.set_mdc_config(config)
+    return f
+
+
+def _split_layout(path: Path | str, group: h5py.Group) -> str:
+    """The layout a split's group declares: BLOB_LAYOUT, or "vlen" for a file written before the
+    attribute existed (it must then hold the vlen `data` column). Anything else is refused."""
+    layout = group.attrs.get(LAYOUT_ATTR)
+    if layout is None:
+        if "data" not in group:
+            raise ValueError(f"{path}: split {group.name.strip('/')!r} has neither a {LAYOUT_ATTR!r} attribute "
+                             "nor a 'data' column; the file is damaged, re-convert it")
+        return "vlen"
+    layout = layout.decode() if isinstance(layout, bytes) else str(layout)
+    if layout != BLOB_LAYOUT:
+        raise ValueError(f"{path}: split {group.name.strip('/')!r} has layout {layout!r}; this datapipe reads "
+                         f"{BLOB_LAYOUT!r} and the earlier vlen layout. Install the newer datapipe that wrote it, "
+                         "or re-convert the dataset with this one")
+    return layout
+
+
 class _Columns:
     """One process's open split: dataset handles (an h5py name lookup costs more than the read
-    itself) and the labels in memory (8 bytes a record)."""
+    itself), the labels and the offsets in memory (16 bytes a record). Keys, paths, digests and the
+    bytes are read per access, through caches of a fixed size."""
 
-    def __init__(self, path: str, split: str) -> None:
-        group = h5py.File(path, "r")[split]
-        self.data, self.keys, self.paths, self.sha256 = (group[n] for n in ("data", "keys", "paths", "sha256"))
+    def __init__(self, path: str, split: str, layout: str) -> None:
+        group = _open(path)[split]
+        self.keys, self.paths, self.sha256 = (group[n] for n in ("keys", "paths", "sha256"))
         self.labels = group["labels"][:]
+        if layout == BLOB_LAYOUT:
+            self.blob, self.offsets = group["blob"], group["offsets"][:]
+            self.data = self._from_blob
+        else:
+            self.vlen = group["data"]
+            self.data = self._from_vlen
+
+    def _from_blob(self, index: int) -> bytes:
+        return self.blob[self.offsets[index]:self.offsets[index + 1]].tobytes()
+
+    def _from_vlen(self, index: int) -> bytes:
+        return self.vlen[index].tobytes()
 
 
 class Hdf5Dataset(Dataset):
@@ -70,16 +122,18 @@ class Hdf5Dataset(Dataset):
 
     def __init__(self, path: Path, manifest: Manifest, split: str) -> None:
         super().__init__(path, split=split, classes=manifest.classes, size=manifest.split(split).samples)
-        self._columns = PerProcess(functools.partial(_Columns, str(path), split))
+        with h5py.File(path, "r") as f:  # closed again before any fork; says now if the layout is unknown
+            layout = _split_layout(path, f[split])
+        self._columns = PerProcess(functools.partial(_Columns, str(path), split, layout))
 
     def __getitem__(self, index: int) -> Sample:
         c = self._columns.get()
         index = self._check(index)
-        return Sample(c.keys[index].decode(), c.data[index].tobytes(), int(c.labels[index]))
+        return Sample(c.keys[index].decode(), c.data(index), int(c.labels[index]))
 
     def _read(self, index: int) -> Record:
         c = self._columns.get()
-        return Record(c.keys[index].decode(), c.data[index].tobytes(), int(c.labels[index]),
+        return Record(c.keys[index].decode(), c.data(index), int(c.labels[index]),
                       c.paths[index].decode(), c.sha256[index].decode())
 
 
@@ -117,16 +171,17 @@ class Hdf5Writer(Writer):
         building = self.payload.with_name(self.payload.name + ".building")
         building.unlink(missing_ok=True)
         with h5py.File(building, "w") as f:
-            columns = {split: _create_split(f, split, info.samples) for split, info in manifest.splits.items()}
-            filled = {split: 0 for split in columns}
+            columns = {split: _SplitBuilder(f, split, info) for split, info in manifest.splits.items()}
             batch: dict[str, list[Record]] = {}
             for split, record in self._spool:
                 rows = batch.setdefault(split, [])
                 rows.append(record)
                 if len(rows) >= _BATCH_ROWS:
-                    filled[split] = _write_rows(columns[split], filled[split], batch.pop(split))
+                    columns[split].write(batch.pop(split))
             for split, rows in batch.items():
-                filled[split] = _write_rows(columns[split], filled[split], rows)
+                columns[split].write(rows)
+            for builder in columns.values():
+                builder.check_full()
             f.attrs[MANIFEST_ATTR] = manifest.to_json()
         self._spool.close()
         fsync_file(building)
@@ -136,21 +191,44 @@ class Hdf5Writer(Writer):
         self._spool.close()
 
 
-def _create_split(f: h5py.File, split: str, samples: int) -> h5py.Group:
-    g = f.create_group(split)
-    for name, dtype in _COLUMNS.items():
-        g.create_dataset(name, shape=(samples,), dtype=dtype, chunks=(min(_CHUNK, samples),) if samples else None)
-    return g
+class _SplitBuilder:
+    """One split's group in the file being built, filled in record order: the bytes end to end in a
+    contiguous `blob` sized from the manifest (read later without a chunk index or chunk cache),
+    `offsets` (n + 1 entries), contiguous `labels`, chunked keys, paths and digests."""
 
+    def __init__(self, f: h5py.File, split: str, info: SplitInfo) -> None:
+        self.split, self.expected, self.rows, self.bytes = split, info, 0, 0
+        g = self.group = f.create_group(split)
+        g.attrs[LAYOUT_ATTR] = BLOB_LAYOUT
+        g.create_dataset("blob", shape=(info.bytes,), dtype=np.uint8, fill_time="never")
+        g.create_dataset("offsets", shape=(info.samples + 1,), dtype=np.int64)
+        g["offsets"][0] = 0
+        g.create_dataset("labels", shape=(info.samples,), dtype=np.int64)
+        for name, dtype in _COLUMNS.items():
+            g.create_dataset(name, shape=(info.samples,), dtype=dtype,
+                             chunks=(min(_CHUNK, info.samples),) if info.samples else None)
 
-def _write_rows(g: h5py.Group, start: int, rows: list[Record]) -> int:
-    """Write rows as slices starting at `start`; return the next free row."""
-    end = start + len(rows)
-    data = np.empty(len(rows), dtype=object)
-    data[:] = [np.frombuffer(r.data, dtype=np.uint8) for r in rows]
-    g["data"][start:end] = data
-    g["labels"][start:end] = np.array([r.label for r in rows], dtype=np.int64)
-    g["keys"][start:end] = np.array([r.key for r in rows], dtype=object)
-    g["paths"][start:end] = np.array([r.path for r in rows], dtype=object)
-    g["sha256"][start:end] = np.array([r.sha256.encode() for r in rows], dtype="S64")
-    return end
+    def write(self, rows: list[Record]) -> None:
+        """Append rows after the ones already written."""
+        g, start, end = self.group, self.rows, self.rows + len(rows)
+        sizes = np.fromiter((len(r.data) for r in rows), dtype=np.int64, count=len(rows))
+        ends = self.bytes + np.cumsum(sizes)
+        if end > self.expected.samples or ends[-1] > self.expected.bytes:
+            raise self._mismatch(f"more than {self.expected.samples} records or {self.expected.bytes} bytes")
+        g["blob"][self.bytes:ends[-1]] = np.frombuffer(b"".join(r.data for r in rows), dtype=np.uint8)
+        g["offsets"][start + 1:end + 1] = ends
+        g["labels"][start:end] = np.array([r.label for r in rows], dtype=np.int64)
+        g["keys"][start:end] = np.array([r.key for r in rows], dtype=object)
+        g["paths"][start:end] = np.array([r.path for r in rows], dtype=object)
+        g["sha256"][start:end] = np.array([r.sha256.encode() for r in rows], dtype="S64")
+        self.rows, self.bytes = end, int(ends[-1])
+
+    def check_full(self) -> None:
+        """Every record the manifest counts was written, and nothing more."""
+        if (self.rows, self.bytes) != (self.expected.samples, self.expected.bytes):
+            raise self._mismatch(f"{self.rows} records of {self.bytes} bytes")
+
+    def _mismatch(self, spooled: str) -> ValueError:
+        return ValueError(f"split {self.split!r}: the spool holds {spooled}, the manifest says "
+                          f"{self.expected.samples} records of {self.expected.bytes} bytes; the staging folder "
+                          "is inconsistent, convert again with --overwrite")
