@@ -115,3 +115,16 @@ def test_doctor_cli_json(clean_folder):
     doc = json.loads(done.stdout)
     assert {c["name"] for c in doc["checks"]} >= {"torch", "cuda", "dali", "cores", "read_speed"}
     assert doc["machine"]["cores"] >= 1
+
+
+def test_node_memory_tool_measures_ranks_and_workers(tmp_path):
+    """tools/node_memory.py end to end at a tiny scale: one row per format/backend/start method."""
+    out = tmp_path / "rows.json"
+    done = subprocess.run([sys.executable, "tools/node_memory.py", "--out", str(tmp_path / "data"), "--records", "1500",
+                           "--small", "500", "--formats", "wds", "--backends", "dataloader", "--start-methods", "fork",
+                           "--ranks", "2", "--workers", "1", "--batches", "2", "--json", str(out)],
+                          cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = json.loads(out.read_text())
+    assert row["format"] == "wds" and row["records"] == 1500 and row["node_pss_mb"] > 0
+    assert isinstance(row["rank_private_b_per_record"], float) and isinstance(row["worker_private_b_per_record"], float)
