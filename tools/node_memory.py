@@ -67,6 +67,7 @@ def run_rank(path: str, rank: int, world: int, backend: str, workers: int, start
             continue
     print(json.dumps({"records": len(loader.dataset), "processes": processes}))
     sys.stdout.flush()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # torch's handler would raise as its workers die
     for child in children:  # measured: end the workers (DALI's outlive their parent and hold our stdout)
         try:
             os.kill(child, signal.SIGKILL)
