@@ -16,6 +16,7 @@ from ..formats.base import Dataset
 from ..resources import cpus_per_rank
 from ..storage import StoreError
 from ..sharding import EpochPlan, Shard, ShardPlan
+from .deaths import WorkerDied
 
 log = logging.getLogger(__name__)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -301,9 +302,19 @@ class Loader(abc.ABC):
             self.epoch, self._offset, self._served = self.epoch + 1, self.plan.start, 0
         self._offset, self._served, self._iterated = self.position, 0, True
         self._epoch_bad = 0 if self._offset == self.plan.start else self._epoch_bad
-        for batch in self._iterate(self.epoch, self._offset):
-            self._served += 1
-            yield batch
+        try:
+            for batch in self._iterate(self.epoch, self._offset):
+                self._served += 1
+                yield batch
+        except Exception as exc:
+            died = None if isinstance(exc, WorkerDied) else self._worker_died(exc)
+            if died is None:
+                raise
+            raise died from exc
+
+    def _worker_died(self, exc: Exception) -> WorkerDied | None:
+        """The backend's WorkerDied when `exc` means one of its worker processes died, else None."""
+        return None
 
     @abc.abstractmethod
     def _iterate(self, epoch: int, offset: int) -> Iterator[Batch]:

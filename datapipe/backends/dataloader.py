@@ -12,6 +12,7 @@ from ..sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan
 from ..storage.isolate import forks_nothing
 from ..transforms import decode_view, sample_rng
 from .base import BadSample, Batch, Loader, LoaderOptions, Normalizer, serve_or_substitute
+from .deaths import DEFERRED, WorkerDied, torch_worker_died
 
 log = logging.getLogger(__name__)
 Decoded = tuple[torch.Tensor, int, int, BadSample | None]
@@ -105,10 +106,22 @@ class DataLoaderLoader(Loader):
             multiprocessing_context=options.start_method if workers else None)
         self.normalize = Normalizer(self.device, options.dtype, options.channels_last)
 
+    def _worker_died(self, exc: Exception) -> WorkerDied | None:
+        return torch_worker_died(self.backend, exc) if self.options.workers else None
+
     def host_batches(self, epoch: int, offset: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """uint8 NCHW batches on the host (pinned where CUDA is used), bad samples counted and logged."""
         self.batch_plan.epoch, self.batch_plan.offset = epoch, offset
-        for images, labels, indices, bad in self.loader:
+        with DEFERRED.fetch():  # a persistent worker may have died since the last epoch
+            batches = iter(self.loader)
+        if self.options.workers:
+            DEFERRED.install()  # after iter(): torch installs its SIGCHLD handler there (deaths.py)
+        while True:
+            with DEFERRED.fetch():
+                batch = next(batches, None)
+            if batch is None:
+                return
+            images, labels, indices, bad = batch
             self.count_bad(bad)
             yield images, labels, indices
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import tempfile
 import weakref
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ import torch
 from ...formats.base import Dataset
 from ...sharding import EpochPlan, ShardPlan
 from ..base import BadSample, Batch, Loader, LoaderOptions, record_path
+from ..deaths import WorkerDied, exit_description, worker_died
 from .graph import build_pipeline
 from .source import EpochTable, PlannedSource, ViewSettings
 
@@ -44,6 +46,15 @@ def require_dali():
     except ImportError as exc:
         raise ImportError(f"the dali backend needs NVIDIA DALI: {pip_hint()}") from exc
     return nvidia.dali
+
+
+def source_worker_exits(pipe) -> list[tuple[int, int | None]]:
+    """(pid, exit code or None while it runs) of a built pipeline's parallel external_source workers.
+    DALI has no public call for their processes: this reads its pool (2.x: Pipeline._py_pool, a
+    WorkerPool whose ProcPool keeps multiprocessing Processes) and finds none if that changes."""
+    pool = getattr(getattr(pipe, "_py_pool", None), "pool", None)
+    processes = getattr(pool, "_processes", None) or []
+    return [(p.pid, p.exitcode) for p in processes if p.pid is not None]
 
 
 class DaliLoader(Loader):
@@ -115,8 +126,13 @@ class DaliLoader(Loader):
         count = self.plan.num_batches(offset)
         if count == 0:
             return
-        self._position(epoch, offset)
+        self._check_workers()
+        try:
+            self._position(epoch, offset)
+        except Exception as exc:
+            raise self._lost_worker() or exc
         for number in range(count):
+            self._check_workers()
             try:
                 outputs = next(self._iterator)[0]
             except StopIteration:
@@ -125,8 +141,30 @@ class DaliLoader(Loader):
                 raise self._failure(exc, epoch, offset, number) from None
             yield self._to_batch(outputs, epoch)
 
+    def _check_workers(self) -> None:
+        """Raise WorkerDied if a source worker died since the last call into DALI. Checked before
+        each call: asked for work after one died while it waited for some, DALI waits forever for
+        it to wake (multiprocessing's Condition.notify), at the start of an epoch for instance."""
+        lost = self._lost_worker()
+        if lost is not None:
+            raise lost
+
+    def _lost_worker(self) -> WorkerDied | None:
+        """A WorkerDied naming the source worker that died, or None while none did. When one exits,
+        DALI's pool stops the others (SIGTERM) and its pipeline answers "Worker data receiving
+        interrupted", then fails for good: the pipeline is dropped and the next iteration builds anew."""
+        exits = [(pid, code) for pid, code in source_worker_exits(self._pipe) if code not in (None, 0)]
+        if not exits:
+            return None
+        pid, code = next(((p, c) for p, c in exits if c != -signal.SIGTERM), exits[0])
+        self._pipe = self._iterator = None
+        return worker_died(self.backend, "a DALI source worker process", pid, exit_description(code))
+
     def _failure(self, exc: Exception, epoch: int, offset: int, number: int) -> RuntimeError:
         """The pipeline's error, with the records it may concern (a worker's message names its record)."""
+        lost = self._lost_worker()
+        if lost is not None:
+            return lost
         lines = [l for l in str(exc).strip().splitlines() if l.strip()]
         named = next((l for l in reversed(lines) if "cannot read or decode record" in l), None)
         if named is not None:

@@ -22,8 +22,14 @@ def build_pipeline(source, *, batch_size: int, threads: int, py_workers: int, de
     dtypes = [types.UINT8, types.INT64, types.INT64, types.FLOAT, types.FLOAT, types.FLOAT, types.FLOAT,
               types.INT32, types.INT64]
     with pipe:
+        # prefetch_queue_depth: DALI schedules a batch on its workers only while fewer than this many
+        # are ahead; its default, 1, keeps one worker busy and the others idle (on storage with latency
+        # the source then starves the decoder). One batch ahead per worker keeps them all reading.
+        # Memory: the encoded bytes of py_workers + 2 (the pipeline's queue) batches in shared memory.
+        # Batch mode, not per-sample mode: the source returns the epoch's short last batch itself.
         data, labels, indices, roi_anchor, roi_shape, resized, window, flip, replaced = fn.external_source(
-            source=source, num_outputs=OUTPUTS, batch=True, batch_info=True, parallel=True, dtype=dtypes)
+            source=source, num_outputs=OUTPUTS, batch=True, batch_info=True, parallel=True, dtype=dtypes,
+            prefetch_queue_depth=py_workers)
         images = fn.decoders.image_slice(data, roi_anchor, roi_shape, device="mixed" if device_id is not None else "cpu",
                                          output_type=types.RGB, axis_names="WH", normalized_anchor=False,
                                          normalized_shape=False)

@@ -1,0 +1,90 @@
+"""Loader worker processes: the DALI source keeps all its workers reading at once, and a worker
+killed mid-epoch (the out-of-memory killer's SIGKILL) ends the epoch with one clear error, never a
+hang. Each run happens in a process of its own (tests/backends/worker_faults.py) under a deadline:
+a hung run is killed, with everything it started, and fails the test."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FAULTS = Path(__file__).with_name("worker_faults.py")
+ROOT = Path(__file__).resolve().parents[2]
+DEADLINE_S = 120
+
+
+def run_faults(*args, check: bool = True, deadline: int = DEADLINE_S) -> subprocess.CompletedProcess:
+    process = subprocess.Popen([sys.executable, str(FAULTS), *map(str, args)], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=deadline)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        _, stderr = process.communicate()
+        raise AssertionError(f"{args[0]} did not finish in {deadline} s (a hang): {stderr[-3000:]}") from None
+    if check:
+        assert process.returncode == 0, stderr[-3000:]
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def report(*args, deadline: int = DEADLINE_S) -> dict:
+    return json.loads(run_faults(*args, deadline=deadline).stdout.splitlines()[-1])
+
+
+def test_dali_source_workers_all_read_at_once_and_the_order_is_exact(packed_lmdb, tmp_path):
+    """Every one of the 3 source workers must be inside a read at the same moment for the barrier
+    their first reads wait at to open: DALI must hand each a batch before the first comes back."""
+    out = report("overlap", packed_lmdb, 3, tmp_path)
+    outcomes = [line.split()[1] for line in out["workers"]]
+    assert outcomes == ["met"] * 3, f"the source workers did not read at the same time: {out['workers']}"
+    assert len({line.split()[0] for line in out["workers"]}) == 3
+    assert out["served"] == out["expected"]  # the epoch's exact order, every record once
+
+
+WHO = {"dataloader": "dataloader backend: a DataLoader worker process", "dali": "dali backend: a DALI source worker process"}
+
+
+def check_message(message: str, backend: str) -> None:
+    assert "\n" not in message.strip()
+    assert message.startswith(WHO[backend]), message
+    assert "died, killed by SIGKILL, most likely by the kernel's out-of-memory killer" in message, message
+    assert "Use fewer workers (num_workers, --workers), a smaller batch size, or give the job more memory" in message
+
+
+@pytest.mark.parametrize("backend", ["dataloader", "dali"])
+def test_a_worker_killed_during_the_step_ends_the_epoch_with_one_clear_error(backend, packed_lmdb, tmp_path):
+    out = report("kill", backend, packed_lmdb, tmp_path)
+    first = out["first"]
+    assert (tmp_path / "killed").exists()
+    assert first["error"] == "WorkerDied" and first["expected"], first
+    check_message(first["message"], backend)
+    again = out["again"]  # iterating again is bounded too: DALI builds a new pipeline, torch reports the death
+    if backend == "dali":
+        assert again["error"] is None and again["indices"] == list(range(out["records"]))
+    else:
+        assert again["error"] == "WorkerDied" and again["message"].startswith(WHO[backend])
+
+
+@pytest.mark.parametrize("backend", ["dataloader", "dali"])
+def test_a_worker_killed_between_epochs_fails_the_next_one_at_once(backend, packed_lmdb, tmp_path):
+    """Killed while it waited for work: DALI, asked for work, would wait forever for it to wake."""
+    out = report("idle", backend, packed_lmdb, tmp_path, deadline=60)
+    assert out["first"]["error"] is None and out["first"]["indices"] == list(range(out["records"]))
+    second = out["second"]
+    assert second["error"] == "WorkerDied" and second["expected"], second
+    check_message(second["message"], backend)
+
+
+@pytest.mark.parametrize("backend", ["dataloader", "dali"])
+def test_datapipe_bench_prints_a_killed_worker_as_one_line(backend, packed_lmdb, tmp_path):
+    done = run_faults("cli", backend, packed_lmdb, tmp_path, check=False)
+    assert (tmp_path / "killed").exists()
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("datapipe bench: error: "), done.stderr[-3000:]
+    check_message(last.removeprefix("datapipe bench: error: "), backend)
