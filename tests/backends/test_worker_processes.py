@@ -5,13 +5,13 @@ a hung run is killed, with everything it started, and fails the test."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.processes import run_in_session
 
 FAULTS = Path(__file__).with_name("worker_faults.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,17 +19,7 @@ DEADLINE_S = 120
 
 
 def run_faults(*args, check: bool = True, deadline: int = DEADLINE_S) -> subprocess.CompletedProcess:
-    process = subprocess.Popen([sys.executable, str(FAULTS), *map(str, args)], cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        stdout, stderr = process.communicate(timeout=deadline)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        _, stderr = process.communicate()
-        raise AssertionError(f"{args[0]} did not finish in {deadline} s (a hang): {stderr[-3000:]}") from None
-    if check:
-        assert process.returncode == 0, stderr[-3000:]
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    return run_in_session([sys.executable, str(FAULTS), *map(str, args)], deadline, cwd=ROOT, check=check)
 
 
 def report(*args, deadline: int = DEADLINE_S) -> dict:

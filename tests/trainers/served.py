@@ -2,30 +2,19 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+from tests.processes import run_in_session
 
 STEPS_PER_EPOCH = 4  # the packed fixture's 27 records over 2 ranks at batch 4: 14 each, 4 batches
 MID_STEP = 6  # epoch 1 after 2 of its 4 batches
 
 
 def run_to_end(argv: list[str], timeout: int) -> str:
-    """Run a command that starts ranks; its stdout. On a timeout every process it started is killed
-    (it leads its own session) and the test fails, so nothing hangs on."""
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        _, stderr = process.communicate()
-        raise AssertionError(f"{argv[:2]} did not finish in {timeout} s: {stderr[-3000:]}") from None
-    assert process.returncode == 0, stderr[-3000:]
-    return stdout
+    """Run a command that starts ranks; its stdout (a hang kills them all and fails)."""
+    return run_in_session(argv, timeout).stdout
 
 
 def run_script(script: Path, data, out, *args: str, timeout: int = 300) -> dict[int, list[dict]]:
