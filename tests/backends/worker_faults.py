@@ -48,6 +48,18 @@ def wait_for(path: Path) -> None:
         time.sleep(0.01)
 
 
+def wait_dead(pid: int) -> None:
+    """Until process `pid` is a zombie or gone (bounded by WAIT_S)."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        time.sleep(0.01)
+
+
 def overlap(data: str, py_workers: int, folder: Path) -> dict:
     """The DALI backend over `data` with py_workers source workers. Each worker's first record read
     waits (up to WAIT_S) at a barrier for py_workers parties: it opens only when every worker is
@@ -140,8 +152,9 @@ def idle(backend: str, data: str, folder: Path) -> dict:
     patch_reads(data, note_worker)
     loader = make_loader(data, backend=backend, batch_size=BATCH, image_size=16, num_workers=2)
     first = epoch(loader)
-    os.kill(int((folder / "workers").read_text().split()[0]), signal.SIGKILL)
-    time.sleep(0.5)  # the process that owns the workers hears of it, whatever it does then
+    victim = int((folder / "workers").read_text().split()[0])
+    os.kill(victim, signal.SIGKILL)
+    wait_dead(victim)  # dead (a zombie its parent has not reaped, or gone) before the next epoch starts
     return {"first": first, "second": epoch(loader), "records": len(loader.dataset)}
 
 
