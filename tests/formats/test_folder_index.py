@@ -56,7 +56,6 @@ def test_a_spawned_worker_gets_the_index_not_the_records(big_folder, tmp_path):
     worker.join(30)
     assert labels == sum(ds.index.label(i) for i in range(len(ds)))
     assert names == sum(len(ds.index.name(i)) + len(ds.index.key(i)) for i in range(len(ds)))
-    print(f"worker grew {grown / len(ds):.1f} bytes a record")
     assert grown / len(ds) <= GOAL_BYTES_PER_RECORD, f"{grown / len(ds):.0f} bytes a record in the worker"
 
 
