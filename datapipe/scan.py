@@ -13,7 +13,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Iterator
 
 from .records import ClassIndex
 from .storage.urls import is_url
@@ -70,10 +70,12 @@ def make_key(relpath: str, taken: set[str]) -> str:
     return unique
 
 
-def walk_images(folder: Path) -> list[Path]:
-    """Image files under `folder` in ImageFolder's order, following symlinks without looping."""
-    found: list[Path] = []
+def walk_relpaths(folder: str | Path) -> list[tuple[str, str]]:
+    """(subfolder relative to `folder`, file name) of the image files under `folder` in ImageFolder's
+    order, following symlinks without looping: two strings a file, no Path objects (1.28M files)."""
+    found: list[tuple[str, str]] = []
     seen: set[str] = set()
+    folder = os.fspath(folder)
     for root, dirs, files in os.walk(folder, followlinks=True):
         real = os.path.realpath(root)
         if real in seen:
@@ -81,8 +83,16 @@ def walk_images(folder: Path) -> list[Path]:
             continue
         seen.add(real)
         dirs.sort()
-        found.extend(Path(root) / f for f in sorted(files) if is_image_name(f))
-    return sorted(found, key=lambda p: (str(p.parent), p.name))
+        sub = os.path.relpath(root, folder)
+        sub = "" if sub == "." else sub
+        found.extend((sub, f) for f in sorted(files) if is_image_name(f))
+    found.sort()
+    return found
+
+
+def walk_images(folder: Path) -> list[Path]:
+    """Image files under `folder` in ImageFolder's order, following symlinks without looping."""
+    return [Path(folder, sub, name) for sub, name in walk_relpaths(folder)]
 
 
 class DiskTree:
@@ -167,30 +177,40 @@ def _tree(root: str | Path) -> tuple[Any, DiskTree | StoreTree]:
     return root, DiskTree()
 
 
-def scan_folder(root: str | Path, *, layout: str = "auto", split: str = "train") -> FolderLayout:
-    """Scan `root/class/*` (one split named `split`) or `root/split/class/*` (every split); `root`
-    may be an object-store URL (the files' paths are then relative to it, from "/")."""
+def _split_dirs(root: Any, tree: DiskTree | StoreTree, layout: str, split: str) -> dict[str, Any]:
+    """Each split's folder: `root/SPLIT` for every split in the splits layout, else `root` as `split`."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    shown = root
-    root, tree = _tree(root)
     if layout == "auto":
         layout = detect_layout(root, tree)
     if layout == "splits":
-        by_split = {name: _split_class_files(root / name, tree) for name in tree.subdirs(root)}
-        split_dirs = {name: root / name for name in by_split}
-    else:
-        by_split = {split: _split_class_files(root, tree)}
-        split_dirs = {split: root}
+        return {name: root / name for name in tree.subdirs(root)}
+    return {split: root}
+
+
+def _class_index(by_split: dict[str, dict[str, list[Any]]]) -> ClassIndex:
+    """The train split's classes (every split's when there is no train split)."""
+    train = next((s for s in ("train", "training") if s in by_split), None)
+    if train is not None:
+        return ClassIndex(sorted(by_split[train]))
+    return ClassIndex(sorted({c for classes in by_split.values() for c in classes}))
+
+
+def _with_images(by_split: dict[str, dict[str, list[Any]]], shown: Any) -> dict[str, dict[str, list[Any]]]:
     by_split = {s: c for s, c in by_split.items() if any(c.values())}
     if not by_split:
         raise _no_images_error(shown)
-    train = next((s for s in ("train", "training") if s in by_split), None)
-    if train is not None:
-        names = sorted(by_split[train])
-    else:
-        names = sorted({c for classes in by_split.values() for c in classes})
-    classes = ClassIndex(names)
+    return by_split
+
+
+def scan_folder(root: str | Path, *, layout: str = "auto", split: str = "train") -> FolderLayout:
+    """Scan `root/class/*` (one split named `split`) or `root/split/class/*` (every split); `root`
+    may be an object-store URL (the files' paths are then relative to it, from "/")."""
+    shown = root
+    root, tree = _tree(root)
+    split_dirs = _split_dirs(root, tree, layout, split)
+    by_split = _with_images({name: _split_class_files(d, tree) for name, d in split_dirs.items()}, shown)
+    classes = _class_index(by_split)
     splits, skipped = {}, {}
     for name, files_by_class in by_split.items():
         unknown = [c for c in files_by_class if c not in classes]
@@ -202,6 +222,30 @@ def scan_folder(root: str | Path, *, layout: str = "auto", split: str = "train")
         known = {c: f for c, f in files_by_class.items() if c in classes}
         splits[name] = _label_files(root, split_dirs[name], known, classes, tree.sizes)
     return FolderLayout(root, classes, splits, skipped)
+
+
+def scan_split_compact(root: Path, split: str = "train") -> tuple[ClassIndex, list[str], Iterator[tuple[bytes, str, int]]]:
+    """A folder on disk scanned as scan_folder does (same files, order, labels and keys) for one
+    split, without its ~1 KB of objects a file: the classes, the splits found, and for each of the
+    split's files (its path relative to `root` as the filesystem spells it, its key, its label)."""
+    root, tree = _tree(root)
+    split_dirs = _split_dirs(root, tree, "auto", split)
+    by_split = _with_images({name: {c: walk_relpaths(d / c) for c in tree.subdirs(d)}
+                             for name, d in split_dirs.items()}, root)
+    classes = _class_index(by_split)
+
+    def files() -> Iterator[tuple[bytes, str, int]]:
+        prefix = "" if split_dirs[split] == root else f"{split}/"
+        taken: set[str] = set()
+        for name, found in by_split[split].items():
+            if name not in classes:
+                continue
+            label = classes.label(name)
+            for sub, file in found:
+                relpath = f"{name}/{sub}/{file}" if sub else f"{name}/{file}"
+                yield os.fsencode(prefix + relpath), make_key(printable(relpath), taken), label
+
+    return classes, sorted(by_split), files() if split in by_split else iter(())
 
 
 def scan_labelled(root: str | Path, labels_csv: str | Path, *, split: str = "val") -> FolderLayout:

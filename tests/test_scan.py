@@ -1,8 +1,9 @@
+import os
 from pathlib import Path
 
 import pytest
 
-from datapipe.scan import detect_layout, make_key, scan_folder, scan_labelled
+from datapipe.scan import detect_layout, make_key, scan_folder, scan_labelled, scan_split_compact
 
 
 def test_split_layout_classes_from_train_and_val_lacks_a_class(imagefolder):
@@ -63,3 +64,34 @@ def test_flat_folder_with_labels_csv(imagefolder, tmp_path):
 def test_not_a_folder(tmp_path: Path):
     with pytest.raises(ValueError, match="is not a folder"):
         scan_folder(tmp_path / "nope")
+
+
+def _awkward_folder(root: Path) -> Path:
+    """Splits without a train split's class in val, nested and looping symlinked folders, keys that
+    collide once sanitised, a name that is not UTF-8, empty classes."""
+    for relpath in ("train/b/x.jpg", "train/b/x.png", "train/b/x y.jpg", "train/b/x_y.jpg", "train/a/d/e/f.jpg", "train/a/d e/g.jpg",
+                    "train/a/top.jpg", "train/a b/1.jpg", "val/b/v.jpg", "val/zz/unknown.jpg", "test/a/t.jpg"):
+        (root / relpath).parent.mkdir(parents=True, exist_ok=True)
+        (root / relpath).write_bytes(b"x")
+    (root / "train" / "empty").mkdir()
+    (root / "train" / "a" / "loop").symlink_to(root / "train" / "a")
+    (root / "train" / "b" / "linked").symlink_to(root / "train" / "a" / "d")
+    (root / os.fsdecode(b"train/b/caf\xe9.jpg")).write_bytes(b"x")
+    return root
+
+
+@pytest.mark.parametrize("split", ["train", "val", "test"])
+def test_the_reader_s_compact_scan_matches_the_converter_s_scan(tmp_path, imagefolder, split):
+    """The folder reader scans without the per-file objects; it must see the converter's files,
+    order, labels and keys, so a folder and its packed copy agree record for record."""
+    for root in (_awkward_folder(tmp_path / "awkward"), imagefolder):
+        layout = scan_folder(root)
+        if split not in layout.splits:
+            continue
+        classes, splits, files = scan_split_compact(root, split)
+        assert (classes.classes, splits) == (layout.classes.classes, sorted(layout.splits))
+        assert list(files) == [(os.fsencode(f.path.relative_to(root)), f.key, f.label) for f in layout.splits[split]]
+    for root in (tmp_path / "awkward" / "train", imagefolder / "train"):  # the one-split layout
+        classes, _, files = scan_split_compact(root, split)
+        layout = scan_folder(root, split=split)
+        assert list(files) == [(os.fsencode(f.path.relative_to(root)), f.key, f.label) for f in layout.splits[split]]

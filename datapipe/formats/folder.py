@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from ..records import Record, SplitNotFound
-from ..scan import scan_folder
+from ..scan import scan_split_compact
 from ..storage.cachedir import default_cache_dir
 from .base import Dataset
 from .folder_index import FolderIndex
@@ -16,9 +16,9 @@ NAME = "folder"
 
 
 def give_back_freed_memory() -> None:
-    """Return the heap the scan freed to the system (glibc keeps it otherwise: ~95 bytes a record
-    stayed in the rank). Not a forked child for the scan: on Python 3.11 a fork while another thread
-    (DALI's) holds the import lock can deadlock."""
+    """Return the heap the scan freed to the system (glibc keeps it otherwise). Not a forked child
+    for the scan: on Python 3.11 a fork while another thread (DALI's) holds the import lock can
+    deadlock."""
     gc.collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
@@ -28,10 +28,13 @@ def give_back_freed_memory() -> None:
 
 def _scan(path: Path, split: str, cache: Path) -> tuple[FolderIndex, list[str]]:
     """The split's index (shared through `cache` where it can be written) and the class list."""
-    layout = scan_folder(path, split=split)
-    if split not in layout.splits:
-        raise SplitNotFound(f"split {split!r} not in {path}; it has {sorted(layout.splits)}")
-    return FolderIndex.from_files(path, layout.splits[split]).shared(cache), list(layout.classes.classes)
+    classes, splits, files = scan_split_compact(path, split)
+    if split not in splits:
+        raise SplitNotFound(f"split {split!r} not in {path}; it has {splits}")
+    index = FolderIndex.from_scan(files)
+    del files  # the scan's lists go before the shared index's objects are made among them
+    give_back_freed_memory()
+    return index.shared(cache), list(classes.classes)
 
 
 class FolderDataset(Dataset):
@@ -43,7 +46,7 @@ class FolderDataset(Dataset):
 
     def __init__(self, path: Path, split: str = "train", *, cache_dir: Path | None = None) -> None:
         self.index, classes = _scan(Path(path), split, (cache_dir or default_cache_dir()) / "index")
-        give_back_freed_memory()  # the scan's ~1 KB a record of objects (no fork: see give_back_freed_memory)
+        give_back_freed_memory()  # and the index's in-memory arrays, now memory-mapped
         super().__init__(path, split=split, classes=classes, size=len(self.index))
 
     def file_path(self, index: int) -> Path:

@@ -12,11 +12,10 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from array import array
+from typing import Any, Iterable
 
 import numpy as np
-
-from ..scan import ImageFile
 
 FIELDS = ("names", "name_ends", "keys", "key_ends", "labels")
 
@@ -34,11 +33,20 @@ class FolderIndex:
         self.arrays, self.folder = arrays, folder
 
     @classmethod
-    def from_files(cls, root: Path, files: list[ImageFile]) -> "FolderIndex":
-        names, name_ends = _blob([os.fsencode(f.path.relative_to(root)) for f in files])
-        keys, key_ends = _blob([f.key.encode("ascii") for f in files])
-        labels = np.array([f.label for f in files], dtype=np.int32)
-        return cls({"names": names, "name_ends": name_ends, "keys": keys, "key_ends": key_ends, "labels": labels})
+    def from_scan(cls, entries: Iterable[tuple[bytes, str, int]]) -> "FolderIndex":
+        """From scan_split_compact's (name, key, label) per file."""
+        names: list[bytes] = []
+        keys: list[bytes] = []
+        labels = array("i")
+        for name, key, label in entries:
+            names.append(name)
+            keys.append(key.encode("ascii"))
+            labels.append(label)
+        names_blob, name_ends = _blob(names)
+        del names
+        keys_blob, key_ends = _blob(keys)
+        return cls({"names": names_blob, "name_ends": name_ends, "keys": keys_blob, "key_ends": key_ends,
+                    "labels": np.array(labels, dtype=np.int32)})
 
     def __len__(self) -> int:
         return len(self.arrays["labels"])
