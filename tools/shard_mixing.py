@@ -3,6 +3,10 @@ between a batch's label histogram and the dataset's, per ShardPlan.mix_shards, a
 permutation (global sampling), for a fresh epoch and for the rest of one resumed on another world size.
 
     python tools/shard_mixing.py [--shards 64 --per-shard 32 --classes 8 --world 2 --batch 32 --epochs 8]
+        [--mixes 1,4,8,16,32]
+
+A block of mix_shards shards is what a rank holds in its cache at once (about twice that), so the
+table is the trade between balance and cache space; bigger batches need bigger blocks.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ def main() -> None:
     defaults = {"shards": 64, "per-shard": 32, "classes": 8, "world": 2, "batch": 32, "epochs": 8}
     for name, default in defaults.items():
         parser.add_argument(f"--{name}", type=int, default=default)
+    parser.add_argument("--mixes", default="1,4,8,16,32", help="mix_shards values to measure, comma-separated")
     a = parser.parse_args()
     sizes = (a.per_shard,) * a.shards
     labels = np.repeat(np.arange(a.shards) * a.classes // a.shards, a.per_shard)  # written class by class
@@ -39,7 +44,7 @@ def main() -> None:
     base, base_other = random(a.world), random(other)
     print(f"random permutation: {base:.4f} ({a.world} ranks), {base_other:.4f} ({other} ranks)")
     print("mix_shards  fresh epoch        rest after resume on " f"{a.world} -> {other} ranks")
-    for mix in sorted({1, 4, 8, MIX_SHARDS, 32}):
+    for mix in sorted({MIX_SHARDS, *(int(m) for m in a.mixes.split(","))}):
         fresh = np.mean([mean_tv(labels, [p.rank_indices(e) for p in plans(a.world, mix)], a.batch, a.classes)
                          for e in range(a.epochs)])
         position = plans(a.world, mix)[0].offset_after((), 7)

@@ -82,7 +82,7 @@ def make_plan(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochPl
         raise ValueError(f"sampling='shards' needs a sharded dataset (.wds or shard files); {dataset} is "
                          f"{dataset.format!r}: use sampling='global'")
     # datapipe's own shards were shuffled when written: reading them shard by shard is already mixed
-    mix = 1 if dataset.shuffled_at_write else ShardPlan.mix_shards
+    mix = options.mix_shards or (1 if dataset.shuffled_at_write else ShardPlan.mix_shards)
     if dataset.location.remote:
         cache = dataset.location.cache
         biggest = max(s["bytes"] for s in dataset.shard_entries())
@@ -103,7 +103,7 @@ def make_loader(source: str | Path | Dataset, *, split: str = "train", backend: 
     Options are LoaderOptions fields, given as `options=` or as keywords (batch_size=256, train=True,
     image_size=224, seed=0, device=None, dtype=torch.float32, channels_last=False, drop_last=False,
     num_workers=None, prefetch_factor=2, pin_memory=None, on_error="skip", sampling="auto",
-    cache_dir=None, cache_limit=None). `source` may be a `.wds` URL (s3://, gs://, az://, https://).
+    cache_dir=None, cache_limit=None, mix_shards=None). `source` may be a `.wds` URL (s3://, gs://, az://, https://).
     rank and world_size default to torch.distributed's when it is initialized. Call set_epoch(e)
     before each epoch.
     """

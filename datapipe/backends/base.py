@@ -57,8 +57,11 @@ class LoaderOptions:
     sampling: str = "auto"
     cache_dir: str | None = None
     cache_limit: int | None = None
+    mix_shards: int | None = None  # shard-wise sampling's block (ShardPlan); None: 16, 1 for datapipe's own shards
 
     def __post_init__(self) -> None:
+        if self.mix_shards is not None and (not isinstance(self.mix_shards, int) or self.mix_shards < 1):
+            raise ValueError(f"mix_shards must be an int >= 1 (1: shard by shard) or None, got {self.mix_shards!r}")
         if self.sampling not in SAMPLING:
             raise ValueError(f"sampling must be one of {SAMPLING}, got {self.sampling!r}")
         if self.cache_limit is not None and self.cache_limit <= 0:
