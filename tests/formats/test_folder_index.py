@@ -119,5 +119,4 @@ def test_a_rank_that_scans_a_folder_keeps_a_few_bytes_a_record(tmp_path):
         grown[folder], _ = out.get(timeout=120)
         rank.join(30)
     per_record = (grown[big] - grown[small]) / 150_000
-    print(f"{per_record:.1f}")
     assert per_record <= GOAL_BYTES_PER_RECORD, f"the rank keeps {per_record:.0f} bytes a record after the scan"
