@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 from collections.abc import Iterator
+from typing import BinaryIO
 
 from datapipe.decode import BadImageError
 
@@ -44,7 +46,24 @@ def reading(path: str) -> Iterator[None]:
         raise BadImageError(reason) from None
 
 
+def open_input(path: str) -> BinaryIO:
+    """The input `path` opened for reading, when it is a regular file. A FIFO, socket or device
+    named like an image (or linked to as one) is a bad file: opened without blocking, never read
+    (a FIFO would block open() forever, /dev/zero would read forever). Call inside `reading`."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+            raise BadImageError(f"not a regular file ({kind})")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_input(path: str) -> bytes:
     """The bytes of the input `path`, or BadImageError saying why it cannot be read."""
-    with reading(path), open(path, "rb") as fh:
+    with reading(path), open_input(path) as fh:
         return fh.read()

@@ -28,7 +28,7 @@ from datapipe.storage import RemoteStore, is_url, redact
 
 from .engines import ENGINES, Engine, make_engine
 from .errors import ConvertError, StrictStop
-from .inputs import reading
+from .inputs import open_input, reading
 from .plan import Plan, Task, make_plan
 from .sharded import ShardedResult, write_shards
 from .shards import ShardContext
@@ -144,7 +144,7 @@ def _prepare(job: tuple[str, str, int]) -> Result:
     digest), or (None, the reason the file is bad)."""
     path, key, label = job
     try:
-        with reading(path), open(path, "rb") as fh:
+        with reading(path), open_input(path) as fh:
             raw = fh.read()
             identity = _identity(fh.fileno())
         data = check_image(raw, **_WORKER_OPTIONS).data
@@ -160,7 +160,7 @@ def _stored_bytes(task: Task, payload: bytes | tuple[int, ...]) -> bytes:
     digest is the worker's."""
     if isinstance(payload, bytes):
         return payload
-    with reading(task.path), open(task.path, "rb") as fh:
+    with reading(task.path), open_input(task.path) as fh:
         if _identity(fh.fileno()) != payload:
             raise BadImageError("changed while it was being converted")
         return fh.read()

@@ -178,3 +178,16 @@ def test_a_full_disk_stops_the_conversion_in_one_line(tmp_path, suffix, says):
     message = one_line_error(done, 1)
     assert says in message and "--resume" in message and not dst.exists()
     assert staging_path(dst).exists()
+
+
+@pytest.mark.parametrize("suffix", [".lmdb", ".wds"])
+def test_a_fifo_or_a_device_named_like_an_image_is_skipped_not_read(request, source, tmp_path, suffix):
+    """open() of a FIFO blocks until a writer comes (forever); /dev/zero reads forever."""
+    os.mkfifo(source / "train/cat/pipe.jpg")
+    (source / "train/dog/zeros.jpg").symlink_to("/dev/zero")
+    dst = tmp_path / f"out{suffix}"
+    done = run_datapipe(["convert", str(source), str(dst), "--workers", "2", *OPTIONS])
+    assert done.returncode == 0, done.stderr
+    assert skipped(dst)["train/cat/pipe.jpg"] == "not a regular file (a FIFO)"
+    assert skipped(dst)["train/dog/zeros.jpg"] == "not a regular file (a device)"
+    assert by_key(dst) == by_key(request.getfixturevalue(PACKED[suffix]))
