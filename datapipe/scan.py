@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import logging
 import os
 import re
 from collections import defaultdict
@@ -18,6 +19,7 @@ from typing import Any, Iterator
 from .records import ClassIndex
 from .storage.urls import is_url
 
+log = logging.getLogger(__name__)
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
 SPLIT_NAMES = ("train", "training", "val", "valid", "validation", "test", "testing")
 LAYOUTS = ("auto", "classes", "splits")
@@ -70,13 +72,15 @@ def make_key(relpath: str, taken: set[str]) -> str:
     return unique
 
 
-def walk_relpaths(folder: str | Path) -> list[tuple[str, str]]:
+def walk_relpaths(folder: str | Path, unreadable: list[str] | None = None) -> list[tuple[str, str]]:
     """(subfolder relative to `folder`, file name) of the image files under `folder` in ImageFolder's
-    order, following symlinks without looping: two strings a file, no Path objects (1.28M files)."""
+    order, following symlinks without looping: two strings a file, no Path objects (1.28M files).
+    Folders that cannot be listed are added to `unreadable` (their files would vanish unseen)."""
     found: list[tuple[str, str]] = []
     seen: set[str] = set()
     folder = os.fspath(folder)
-    for root, dirs, files in os.walk(folder, followlinks=True):
+    onerror = None if unreadable is None else (lambda exc: unreadable.append(exc.filename))
+    for root, dirs, files in os.walk(folder, followlinks=True, onerror=onerror):
         real = os.path.realpath(root)
         if real in seen:
             dirs[:] = []
@@ -90,21 +94,36 @@ def walk_relpaths(folder: str | Path) -> list[tuple[str, str]]:
     return found
 
 
-def walk_images(folder: Path) -> list[Path]:
+def walk_images(folder: Path, unreadable: list[str] | None = None) -> list[Path]:
     """Image files under `folder` in ImageFolder's order, following symlinks without looping."""
-    return [Path(folder, sub, name) for sub, name in walk_relpaths(folder)]
+    return [Path(folder, sub, name) for sub, name in walk_relpaths(folder, unreadable)]
+
+
+UNREADABLE_FOLDER = "folder cannot be listed (permission denied?): the images in it are not in the dataset"
 
 
 class DiskTree:
-    """A folder on disk, as the scan sees it."""
+    """A folder on disk, as the scan sees it; `unreadable`: the folders it could not list."""
 
     sizes: dict[str, int] | None = None
+
+    def __init__(self) -> None:
+        self.unreadable: list[str] = []
 
     def subdirs(self, folder: Any) -> list[str]:
         return sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
 
     def images(self, folder: Any) -> list[Path]:
-        return walk_images(folder)
+        return walk_images(folder, self.unreadable)
+
+    def relpaths(self, folder: Any) -> list[tuple[str, str]]:
+        return walk_relpaths(folder, self.unreadable)
+
+    def unreadable_under(self, root: Path, split_dir: Path) -> list[dict[str, str]]:
+        """Skipped entries for the folders under `split_dir` that could not be listed."""
+        inside = [f for f in self.unreadable if Path(f).is_relative_to(split_dir)]
+        return [{"path": printable(Path(f).relative_to(root).as_posix()) + "/", "reason": UNREADABLE_FOLDER}
+                for f in inside]
 
 
 class StoreTree:
@@ -219,6 +238,8 @@ def scan_folder(root: str | Path, *, layout: str = "auto", split: str = "train")
              "reason": f"class {c!r} is not in the train split's class list"}
             for c in unknown for p in files_by_class[c]
         ]
+        if isinstance(tree, DiskTree):
+            skipped[name] += tree.unreadable_under(root, split_dirs[name])
         known = {c: f for c, f in files_by_class.items() if c in classes}
         splits[name] = _label_files(root, split_dirs[name], known, classes, tree.sizes)
     return FolderLayout(root, classes, splits, skipped)
@@ -230,9 +251,11 @@ def scan_split_compact(root: Path, split: str = "train") -> tuple[ClassIndex, li
     split's files (its path relative to `root` as the filesystem spells it, its key, its label)."""
     root, tree = _tree(root)
     split_dirs = _split_dirs(root, tree, "auto", split)
-    by_split = _with_images({name: {c: walk_relpaths(d / c) for c in tree.subdirs(d)}
+    by_split = _with_images({name: {c: tree.relpaths(d / c) for c in tree.subdirs(d)}
                              for name, d in split_dirs.items()}, root)
     classes = _class_index(by_split)
+    for entry in tree.unreadable_under(root, split_dirs[split]) if split in split_dirs else ():
+        log.warning("%s: %s", entry["path"], entry["reason"])
 
     def files() -> Iterator[tuple[bytes, str, int]]:
         prefix = "" if split_dirs[split] == root else f"{split}/"
@@ -262,7 +285,8 @@ def scan_labelled(root: str | Path, labels_csv: str | Path, *, split: str = "val
         raise ValueError(f"{labels_csv}: row {bad[0]!r} is not 'filename,class'")
     wanted = {r[0].strip(): r[1].strip() for r in rows}
     classes = ClassIndex(sorted(set(wanted.values())))
-    present = {printable(p.relative_to(root).as_posix()): p for p in walk_images(root)}
+    tree = DiskTree()
+    present = {printable(p.relative_to(root).as_posix()): p for p in tree.images(root)}
     taken: set[str] = set()
     files, skipped = [], []
     for relpath, path in present.items():
@@ -271,6 +295,7 @@ def scan_labelled(root: str | Path, labels_csv: str | Path, *, split: str = "val
             continue
         files.append(ImageFile(path, relpath, classes.label(wanted[relpath]), make_key(relpath, taken)))
     skipped += [{"path": r, "reason": "listed in the labels file but missing"} for r in wanted if r not in present]
+    skipped += tree.unreadable_under(root, root)
     if not files:
         raise _no_images_error(root)
     return FolderLayout(root, classes, {split: files}, {split: skipped})

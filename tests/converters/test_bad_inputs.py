@@ -124,29 +124,51 @@ def without_root_file_access() -> None:
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
+def unprivileged(locked: Path) -> dict:
+    """Popen arguments that run a command without root's file-access capabilities (tests run as
+    root, which reads a mode-000 file or lists a mode-000 folder); the test is skipped where they
+    cannot be dropped."""
+    if os.geteuid() != 0:
+        return {}
+    popen = {"preexec_fn": without_root_file_access}
+    try:
+        probe = subprocess.run([sys.executable, "-c", f"import os; os.listdir({str(locked)!r}) if os.path.isdir("
+                                f"{str(locked)!r}) else open({str(locked)!r}, 'rb')"], capture_output=True,
+                               text=True, timeout=30, **popen).stderr
+    except (subprocess.SubprocessError, OSError) as exc:  # prctl refused in preexec_fn
+        probe = str(exc)
+    if "Permission denied" not in probe:
+        pytest.skip(f"running as root, whose file-access capabilities cannot be dropped here: root reads a "
+                    f"mode-000 file, so nothing can be unreadable ({probe.strip()[-200:]})")
+    return popen
+
+
 @pytest.mark.parametrize("suffix", SUFFIXES)
 def test_a_file_without_read_permission_is_skipped(request, source, tmp_path, suffix):
-    """Root reads any file whatever its mode (tests run as root), so the conversion runs without
-    root's file-access capabilities; where they cannot be dropped, the test is skipped."""
     locked = source / "train/fish/fish_002.jpg"
     locked.chmod(0)
-    popen = {}
-    if os.geteuid() == 0:
-        popen["preexec_fn"] = without_root_file_access
-        try:
-            probe = subprocess.run([sys.executable, "-c", f"open({str(locked)!r}, 'rb')"], capture_output=True,
-                                   text=True, timeout=30, **popen).stderr
-        except (subprocess.SubprocessError, OSError) as exc:  # prctl refused in preexec_fn
-            probe = str(exc)
-        if "Permission denied" not in probe:
-            pytest.skip(f"running as root, whose file-access capabilities cannot be dropped here: root reads a "
-                        f"mode-000 file, so nothing can be unreadable ({probe.strip()[-200:]})")
     dst = tmp_path / f"out{suffix}"
-    done = run_datapipe(["convert", str(source), str(dst), "--workers", "2", *OPTIONS], **popen)
+    done = run_datapipe(["convert", str(source), str(dst), "--workers", "2", *OPTIONS], **unprivileged(locked))
     assert done.returncode == 0, done.stderr
     assert skipped(dst)["train/fish/fish_002.jpg"] == "permission denied"
     packed = by_key(request.getfixturevalue(PACKED[suffix]))
     assert by_key(dst) == {k: r for k, r in packed.items() if r.path != "train/fish/fish_002.jpg"}
+
+
+@pytest.mark.parametrize("suffix", [".lmdb", ".wds"])
+def test_a_folder_that_cannot_be_listed_is_reported_not_silently_dropped(request, source, tmp_path, suffix):
+    """os.walk skips a folder it cannot list without a word: its images vanished from the dataset."""
+    locked = source / "train/cat/nested"
+    locked.chmod(0)
+    popen = unprivileged(locked)
+    dst = tmp_path / f"out{suffix}"
+    done = run_datapipe(["convert", str(source), str(dst), "--workers", "2", *OPTIONS], **popen)
+    assert done.returncode == 0, done.stderr
+    assert skipped(dst)["train/cat/nested/"].startswith("folder cannot be listed")
+    packed = by_key(request.getfixturevalue(PACKED[suffix]))
+    assert by_key(dst) == {k: r for k, r in packed.items() if not r.path.startswith("train/cat/nested/")}
+    strict = run_datapipe(["convert", str(source), str(tmp_path / f"strict{suffix}"), "--strict", *OPTIONS], **popen)
+    assert strict.returncode != 0 and "train/cat/nested/: folder cannot be listed" in strict.stderr
 
 
 @pytest.mark.parametrize("suffix", SUFFIXES)
