@@ -12,6 +12,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
+from .names import UnsafeName, check_digest, check_name
+
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 2  # 2: a .wds record's .i64 holds its plan position (skipped files keep theirs)
 READABLE_VERSIONS = (1, 2)
@@ -147,6 +149,7 @@ class Manifest:
                 not isinstance(s.samples, int) or s.samples < 0 for s in manifest.splits.values()):
             raise ValueError(f"{source} has a malformed format, class list or sample count; "
                              "the dataset is damaged, re-convert it")
+        check_names(manifest, source)
         return manifest
 
     def split(self, name: str) -> SplitInfo:
@@ -154,3 +157,26 @@ class Manifest:
         if name not in self.splits:
             raise SplitNotFound(f"split {name!r} not in this dataset; it has {sorted(self.splits)}")
         return self.splits[name]
+
+
+def check_names(manifest: Manifest, source: str) -> None:
+    """Every name the manifest gives (splits, shards, index files) is a plain relative name inside the
+    dataset, every digest hex and every size a count (datapipe.names): a crafted manifest fails here,
+    for a local and a remote dataset alike, before any of its names becomes a path."""
+    for split, info in manifest.splits.items():
+        where = f"{source}: splits[{split!r}]"
+        check_name(split, f"{source}: split name")
+        if not isinstance(info.shards, list) or not isinstance(info.index, dict):
+            raise UnsafeName(f"{where} has malformed shards or index; the dataset is damaged or was crafted")
+        entries = [(f"{where}.shards[{n}]", s) for n, s in enumerate(info.shards)]
+        for field, entry in entries + ([(f"{where}.index", info.index)] if info.index else []):
+            if not isinstance(entry, dict):
+                raise UnsafeName(f"{field} is not an object; the dataset is damaged or was crafted")
+            check_name(entry.get("name"), f"{field}.name")
+            if entry.get("sha256") is not None:
+                check_digest(entry["sha256"], f"{field}.sha256")
+            for count in ("bytes", "samples"):
+                value = entry.get(count, 0)
+                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                    raise UnsafeName(f"{field}.{count} {str(value)[:40]!r} is not a count; the dataset is "
+                                     "damaged or was crafted")

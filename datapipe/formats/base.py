@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from ..records import MANIFEST_NAME, Manifest, Record, Sample
-from ..storage import Location
+from ..storage import Location, redact
 from ..storage.urls import is_url
 
 T = TypeVar("T")
@@ -82,7 +82,7 @@ class Dataset(abc.ABC):
         """Read record `index` (already bounds-checked)."""
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({str(self.path)!r}, split={self.split!r}, records={len(self)})"
+        return f"{type(self).__name__}({redact(self.path)!r}, split={self.split!r}, records={len(self)})"
 
 
 class Writer(abc.ABC):

@@ -80,15 +80,36 @@ class SpanIndex:
         return number, start, end
 
 
+def check_offsets_header(fh: Any, samples: int, where: str) -> None:
+    """Refuse an offsets file that is not `samples` int64s filling the file: numpy would otherwise
+    allocate whatever a crafted header claims before reading a byte. Leaves `fh` at its start."""
+    size = os.fstat(fh.fileno()).st_size
+    try:
+        version = np.lib.format.read_magic(fh)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read(fh, max_header_size=4096)
+    except ValueError as exc:
+        raise ValueError(f"{where}: not an offsets file ({exc})") from None
+    if dtype != np.dtype("<i8") or fortran or shape != (samples,) or fh.tell() + 8 * samples != size:
+        raise ValueError(f"{where}: its header describes {dtype} {shape} in {size:,} bytes, not the {samples:,} "
+                         "offsets the manifest's shards hold; the dataset is damaged or was crafted")
+    fh.seek(0)
+
+
 def load_offsets(location: Location, split: str, info: SplitInfo) -> np.ndarray:
     """The split's offsets file, memory-mapped on a local disk (read whole from a remote dataset's cache,
     so it pins nothing there: 8 bytes a record); from the shards' `.idx` files for datasets converted
-    before there was one (slower: a parse of every index line)."""
+    before there was one (slower: a parse of every index line). The file's header is checked first."""
+    samples = sum(int(s["samples"]) for s in info.shards)
     if info.index and not location.remote:
-        return np.load(location.root / info.index["name"], mmap_mode="r")
+        path = location.file(info.index["name"])
+        with open(path, "rb") as fh:
+            check_offsets_header(fh, samples, str(path))
+        return np.load(path, mmap_mode="r")
     if info.index:
         with os.fdopen(location.open(info.index["name"], size=info.index["bytes"], sha256=info.index["sha256"]),
                        "rb") as fh:
+            check_offsets_header(fh, samples, location.describe(info.index["name"]))
             return np.load(fh)
     shards = info.shards
     parts = [sample_starts(location.read_bytes(idx_name(s["name"])).decode("ascii")) for s in shards]
@@ -124,9 +145,10 @@ class WdsDataset(Dataset):
         self.location = location or Location.local(path)
         self.index = SpanIndex(load_offsets(self.location, split, info), info.shards)
         if len(self.index) != info.samples:
-            raise ValueError(f"{path}: the index of split {split!r} lists {len(self.index)} samples, "
-                             f"the manifest {info.samples}; run `datapipe verify` or re-convert")
+            raise ValueError(f"{self.location.describe()}: the index of split {split!r} lists {len(self.index)} "
+                             f"samples, the manifest {info.samples}; run `datapipe verify` or re-convert")
         self._shards = info.shards
+        self._where = [self.location.describe(s["name"]) for s in info.shards]  # for messages, URLs redacted
         self.positions = RecordPositions(info.skipped)
         self._files = PerProcess(functools.partial(ShardFiles, self._open_shard,
                                                    max_open=MAX_OPEN_CACHED if self.location.remote else MAX_OPEN))
@@ -151,7 +173,7 @@ class WdsDataset(Dataset):
     def _read(self, index: int) -> Record:
         number, start, end = self.index.span(index)
         shard = self.index.names[number]
-        parts = members(self._files.get().pread(number, end - start, start), f"{self.path}/{shard}")
+        parts = members(self._files.get().pread(number, end - start, start), self._where[number])
         data = next((v for k, (_, v) in parts.items() if k not in ("cls", "i64", "json")), None)
         if data is None or not {"cls", "i64", "json"} <= parts.keys():
             raise ValueError(f"{shard}: sample at byte {start} has members {sorted(parts)}; the shard is damaged")

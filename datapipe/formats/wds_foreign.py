@@ -14,11 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..names import check_name
 from ..records import Record
 from ..storage import default_cache_dir
 from ..storage.files import ShardFiles, open_listed
 from .base import Dataset, PerProcess
-from .tar import BLOCK, Component, parse_idx, scan_tar
+from .tar import BLOCK, Component, member_name, parse_idx, scan_tar
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")
 INDEX_VERSION = 1
@@ -36,9 +37,16 @@ def expand_shards(pattern: str) -> list[str]:
 
 
 def _components(shard: str) -> list[list[Component]]:
+    """The shard's samples, from its DALI `.idx` beside it (each member checked to lie inside the
+    tar) or from its headers."""
     idx = Path(shard[: -len(".tar")] + ".idx") if shard.endswith(".tar") else None
     if idx is not None and idx.is_file():
-        return parse_idx(idx.read_text(encoding="ascii"))
+        try:
+            text = idx.read_bytes().decode("ascii")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{idx}: byte {exc.start} is not ASCII; not a DALI index (delete it: the shard is "
+                             "then indexed from its headers)") from None
+        return parse_idx(text, where=str(idx), shard_bytes=os.path.getsize(shard))
     return scan_tar(shard)
 
 
@@ -110,6 +118,7 @@ class ForeignShardsDataset(Dataset):
     def _read(self, index: int) -> Record:
         number, header, size = int(self.index["shard"][index]), int(self.index["header"][index]), int(self.index["size"][index])
         blob = self._files.get().pread(number, BLOCK + size, header)
-        name = blob[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
         shard = self.shards[number]
+        name = check_name(member_name(blob[:100].split(b"\0", 1)[0].decode("utf-8", "replace")),
+                          f"{shard}: tar member name")
         return Record(name.rsplit(".", 1)[0], blob[BLOCK:], int(self.index["label"][index]), f"{shard}:{name}", "")

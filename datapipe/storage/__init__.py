@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..names import check_name
 from .cache import CacheFull, ShardCache, default_cache_dir
-from .urls import (RemoteStore, RetryPolicy, StoreAccessDenied, StoreError, StoreNotFound, StoreUnavailable,
-                   is_url, redact)
+from .redaction import redact
+from .urls import RemoteStore, RetryPolicy, StoreAccessDenied, StoreError, StoreNotFound, StoreUnavailable, is_url
 
 
 class Location:
@@ -31,12 +32,16 @@ class Location:
     def describe(self, name: str = "") -> str:
         return str(self.root / name) if name else str(self.root)
 
+    def file(self, name: str) -> Path:
+        """The path of `name`, a name the dataset gave: refused unless it stays inside (datapipe.names)."""
+        return self.root / check_name(name, f"{self.describe()}: file name")
+
     def read_bytes(self, name: str) -> bytes:
-        return (self.root / name).read_bytes()
+        return self.file(name).read_bytes()
 
     def open(self, name: str, *, size: int | None = None, sha256: str | None = None) -> int:
         """A read-only file descriptor of `name`; the caller closes it."""
-        return os.open(self.root / name, os.O_RDONLY)
+        return os.open(self.file(name), os.O_RDONLY)
 
     def prefetch(self, items: list[tuple[str, int | None, str | None]]) -> None:
         """Nothing to fetch on a local disk."""
@@ -57,11 +62,11 @@ class RemoteLocation(Location):
         return self.store.describe(name)
 
     def read_bytes(self, name: str) -> bytes:
-        return self.store.read(name)
+        return self.store.read(check_name(name, f"{self.describe()}: file name"))
 
     def open(self, name: str, *, size: int | None = None, sha256: str | None = None) -> int:
         """A descriptor of the cached copy (downloaded first if need be), pinned until closed."""
-        return self.cache.open(name, size=size, sha256=sha256)
+        return self.cache.open(check_name(name, f"{self.describe()}: file name"), size=size, sha256=sha256)
 
     def prefetch(self, items: list[tuple[str, int | None, str | None]]) -> None:
         self.cache.prefetch(items)

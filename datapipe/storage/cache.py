@@ -2,9 +2,11 @@
 
 Layout under the root (default: node-local, see `default_cache_dir`):
     .locks/           one lock file per cached name, and evict.lock; lock files are never deleted
-    <dataset>/        one folder per dataset URL
+    <dataset>/        one folder per dataset URL (a hash of it)
         NAME@KEY      a whole, verified copy; KEY is the manifest's sha256 (else the size)
         .NAME@KEY~HOST~PID.part   a download in flight, preallocated to its full size
+NAME is the dataset's name for the file when it is plain (letters, digits, `._-`), else a hash of it:
+a name from a crafted manifest never becomes a path outside the dataset's folder (datapipe.names).
 
 Guarantees:
 - Nothing half-written is served: a download is checked against the manifest's size and sha256, then
@@ -34,6 +36,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ..names import cache_component
 from .cachedir import default_cache_dir, warn_if_network
 from .urls import RemoteStore, StoreError
 
@@ -163,8 +166,12 @@ class ShardCache:
 
     def path(self, name: str, *, size: int | None = None, sha256: str | None = None) -> Path:
         """Where the copy of `name` with this digest (else size) is kept."""
-        key = sha256[:16] if sha256 else f"{size}b" if size is not None else "any"
-        return self.folder / f"{name}@{key}"
+        key = cache_component(sha256)[:16] if sha256 else f"{int(size)}b" if size is not None else "any"
+        return self.folder / f"{cache_component(name)}@{key}"
+
+    def lock_path(self, name: str) -> Path:
+        """The lock every process downloading `name` takes (never deleted)."""
+        return self.root / ".locks" / f"{self.folder.name}-{cache_component(name)}.lock"
 
     def open(self, name: str, *, size: int | None = None, sha256: str | None = None,
              wait_s: float | None = None) -> int:
@@ -175,7 +182,7 @@ class ShardCache:
         while True:
             fd = open_pinned(target, size)
             if fd is None:
-                with locked(self.root / ".locks" / f"{self.folder.name}-{name}.lock", deadline,
+                with locked(self.lock_path(name), deadline,
                             f"downloading {self.store.describe(name)}"):
                     fd = open_pinned(target, size)
                     if fd is None:
@@ -210,7 +217,7 @@ class ShardCache:
             os.replace(part, target)
         finally:
             part.unlink(missing_ok=True)
-        self._drop_other_copies(name, target)
+        self._drop_other_copies(target)
 
     def _reserve(self, part: Path, size: int, deadline: float) -> None:
         """Create `part` at its full size once the limit has room for it, waiting for readers to let go."""
@@ -281,9 +288,9 @@ class ShardCache:
             return not _alive(int(pid))
         return time.time() - st.st_mtime > STALE_PART_S
 
-    def _drop_other_copies(self, name: str, keep: Path) -> None:
-        """Copies of `name` with another digest (an older conversion): removed unless open."""
-        for other in self.folder.glob(f"{name}@*"):
+    def _drop_other_copies(self, keep: Path) -> None:
+        """Copies of the same file with another digest (an older conversion): removed unless open."""
+        for other in self.folder.glob(f"{keep.name.rsplit('@', 1)[0]}@*"):
             if other != keep:
                 unlink_unless_open(other)
 

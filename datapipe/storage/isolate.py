@@ -26,6 +26,8 @@ import pickle
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .redaction import redact
+
 T = TypeVar("T")
 
 _FORKS_NOTHING_PID: int | None = None  # the process that declared it forks nothing
@@ -80,7 +82,7 @@ def call_in_child(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         try:
             blob = pickle.dumps(outcome)
         except Exception as exc:
-            blob = pickle.dumps((False, RuntimeError(f"{type(outcome[1]).__name__}: {outcome[1]} ({exc})")))
+            blob = pickle.dumps((False, RuntimeError(redact(f"{type(outcome[1]).__name__}: {outcome[1]} ({exc})"))))
         with os.fdopen(write_end, "wb") as fh:
             fh.write(blob)
         os._exit(0)

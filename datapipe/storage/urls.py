@@ -5,7 +5,9 @@ lazily in each process, checking the pid, and never pickles it; and only a proce
 afterwards calls obstore itself, every other one through a forked helper (datapipe.storage.isolate
 states the rule). Credentials and endpoints come from
 where the AWS, Google and Azure tools read them (AWS_* variables and ~/.aws files, AWS_ENDPOINT_URL,
-GOOGLE_APPLICATION_CREDENTIALS, AZURE_*); none is ever put in a message. Transient failures
+GOOGLE_APPLICATION_CREDENTIALS, AZURE_*); none is ever put in a message: every URL and every store
+error goes through `redact` (datapipe.storage.redaction), which masks userinfo, presigned-URL
+parameters and these credential values. Transient failures
 (connection errors, 5xx, timeouts) are retried by obstore with exponential backoff, boundedly.
 """
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 import configparser
 import errno
 import os
-import re
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -22,21 +23,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ExpectedError
 from .isolate import call_in_child, direct_call_refused, may_fork_workers
+from .redaction import redact, remember, secret_values
 
 SCHEMES = ("s3", "gs", "az", "http", "https")
 
 
 def is_url(path: object) -> bool:
     return isinstance(path, str) and urlsplit(path).scheme in SCHEMES and "://" in path
-
-
-def redact(url: str) -> str:
-    """A URL fit for a message: no user:password and no query string (signed URLs carry tokens there)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 class StoreError(ExpectedError):
@@ -125,6 +118,7 @@ def _store_kwargs(url: str, retry: RetryPolicy, environ: dict[str, str]) -> dict
     }
     if config and scheme == "s3":
         kwargs["config"] = config
+        remember(str(config[k]) for k in ("aws_secret_access_key", "aws_session_token") if config.get(k))
     return kwargs
 
 
@@ -137,12 +131,24 @@ class RemoteStore:
         self._environ = dict(os.environ if environ is None else environ)
         self._pid: int | None = None
         self._store: Any = None
+        remember(secret_values(self._environ))
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_pid": None, "_store": None}
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        remember(secret_values(self._environ))  # a Ray task's process masks the driver's credentials too
+
+    def __repr__(self) -> str:
+        return f"RemoteStore({self.describe()!r})"
+
     def describe(self, name: str = "") -> str:
-        return redact(f"{self.url}/{name}" if name else self.url)
+        """The URL of the folder, or of `name` in it, fit for a message (`redact`)."""
+        if not name:
+            return redact(self.url)
+        parts = urlsplit(self.url)
+        return redact(urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{name}")))
 
     @property
     def store(self) -> Any:
@@ -189,7 +195,7 @@ class RemoteStore:
         if "403" in first or "401" in first or "Forbidden" in first or "AccessDenied" in first:
             return self._translate(name, PermissionError())
         return StoreUnavailable(f"{where}: the store failed after {self.retry.max_retries} retries over at most "
-                                f"{self.retry.budget_s:g} s ({redact_text(first)}); check the network "
+                                f"{self.retry.budget_s:g} s ({redact(first)}); check the network "
                                 "and the endpoint (AWS_ENDPOINT_URL)")
 
     def read(self, name: str) -> bytes:
@@ -241,8 +247,3 @@ class RemoteStore:
             return {m["path"]: int(m["size"]) for batch in obstore.list(store, prefix=pre or None) for m in batch}
 
         return self._call(prefix, collect)
-
-
-def redact_text(text: str) -> str:
-    """Remove query strings of URLs from a library's message."""
-    return re.sub(r"(https?://[^\s?]+)\?\S*", r"\1", text)
