@@ -15,7 +15,7 @@ from typing import Any
 from datapipe.decode import BadImageError, check_image
 from datapipe.formats.wds import ShardFile, idx_name, sample_starts
 from datapipe.records import Record, record_digest
-from datapipe.storage import RemoteStore, StoreNotFound
+from datapipe.storage import RemoteStore, StoreNotFound, redact
 
 from .errors import ConvertError, ShardFailed, StrictStop
 from .inputs import read_input
@@ -96,7 +96,7 @@ def build_shard(job: ShardJob, ctx: ShardContext, tick: Tick | None = None) -> S
                 raise OSError(exc.errno, f"{exc.strerror or exc} (building shard {job.name}, at {task.relpath})",
                               exc.filename) from exc
             except Exception as exc:  # a failure of ours: name the shard and the file
-                raise ShardFailed(f"shard {job.name} failed at {task.path}: {type(exc).__name__}: {exc}") from exc
+                raise ShardFailed(redact(f"shard {job.name} failed at {task.path}: {type(exc).__name__}: {exc}")) from exc
             if tick is not None:
                 tick(1, stored)
         files = []
@@ -117,7 +117,7 @@ def _store_one(shard: ShardFile, task: Task, position: int, ctx: ShardContext, r
         data = read_checked(task, ctx.checks, ctx.source)
     except BadImageError as exc:
         if ctx.strict:
-            raise StrictStop(f"{task.path}: {exc} (--strict stops at the first bad file)") from None
+            raise StrictStop(redact(f"{task.path}: {exc} (--strict stops at the first bad file)")) from None
         records.skipped.append({"path": task.relpath, "reason": str(exc), "position": position})
         return 0
     digest = record_digest(task.key, task.label, data)

@@ -79,13 +79,15 @@ def _run_convert(args: argparse.Namespace) -> int:
         labels=args.labels, layout=args.layout, split=args.split, seed=args.seed,
         checkpoint_every=args.checkpoint_every, progress=not args.quiet and sys.stderr.isatty(),
         engine=args.engine, ray_address=args.ray_address)
+    from .storage import redact
+
     try:
         report = convert(args.src, args.dst, options)
     except KeyboardInterrupt:
-        print(f"\ninterrupted: run `datapipe convert {args.src} {args.dst} --resume` to finish", file=sys.stderr)
+        print(redact(f"\ninterrupted: run `datapipe convert {args.src} {args.dst} --resume` to finish"), file=sys.stderr)
         return 130
     total_bytes = sum(s.bytes for s in report.splits.values())
-    print(f"wrote {report.dst} ({report.format}) in {report.seconds:.1f} s: {report.processed} files, "
+    print(f"wrote {redact(report.dst)} ({report.format}) in {report.seconds:.1f} s: {report.processed} files, "
           f"{report.images_per_s:.0f} img/s, {_human(total_bytes / max(report.seconds, 1e-9))}/s")
     for name, info in report.splits.items():
         print(f"  {name}: {info.samples} samples, {_human(info.bytes)}, {len(info.skipped)} skipped")
@@ -115,13 +117,15 @@ def _run_info(args: argparse.Namespace) -> int:
 def _run_verify(args: argparse.Namespace) -> int:
     from .inspect import verify
 
-    report = verify(args.path, progress=sys.stderr.isatty())
+    from .storage import redact
+
+    report = verify(args.path, progress=sys.stderr.isatty(), sha256=args.sha256)
     if report.ok:
-        print(f"{args.path}: OK, {report.records} records match their checksums and the manifest")
+        print(f"{redact(args.path)}: OK, {report.records} records match their checksums and the manifest")
         return 0
-    print(f"{args.path}: DAMAGED, {len(report.problems)} problem(s); first: {report.problems[0]}")
+    print(redact(f"{args.path}: DAMAGED, {len(report.problems)} problem(s); first: {report.problems[0]}"))
     for line in report.problems[1:20]:
-        print(f"  {line}")
+        print(redact(f"  {line}"))
     return 1
 
 
@@ -265,6 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_run_info)
     p = sub.add_parser("verify", help="re-read every record and check it against the manifest's checksums")
     p.add_argument("path")
+    p.add_argument("--sha256", help="first check that the LMDB/HDF5 file has this sha256 (from its trusted source); "
+                   "a file that does not is never parsed")
     p.set_defaults(run=_run_verify)
     _add_bench(sub)
     _add_train(sub)
@@ -276,20 +282,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from .storage.redaction import RedactingFilter, redact
+
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
+    for handler in logging.getLogger().handlers:  # a secret in any library's log line is masked
+        handler.addFilter(RedactingFilter())
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)
     except (ValueError, ImportError, ExpectedError) as exc:
-        print(f"datapipe {args.command}: error: {exc}", file=sys.stderr)
+        print(redact(f"datapipe {args.command}: error: {exc}"), file=sys.stderr)
         return 2
     except OSError as exc:  # permission denied, disk full, a path that is a file: the system's words
         where = f" ({exc.filename})" if exc.filename else ""
         kept = ""
         if args.command == "convert" and staging_exists(args.dst):
             kept = f"; the finished part is kept: fix this, then `datapipe convert {args.src} {args.dst} --resume`"
-        print(f"datapipe {args.command}: error: {exc.strerror or exc}{where}{kept}", file=sys.stderr)
+        print(redact(f"datapipe {args.command}: error: {exc.strerror or exc}{where}{kept}"), file=sys.stderr)
         return 1
 
 

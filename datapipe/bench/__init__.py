@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from ..formats import open_dataset
+from ..storage import redact
 from .suites import SUITES, BenchOptions, Case, Row
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ def run_bench(sources: list[str | Path], options: BenchOptions = BenchOptions(),
     for source in sources:
         ds = open_dataset(source, options.split, cache_dir=options.cache_dir, cache_limit=options.cache_limit)
         for suite in suites:
-            cases += SUITES[suite](str(source), ds, options, device)
+            cases += SUITES[suite](redact(source), ds, options, device)  # rows, logs and JSON show no secret
     results: dict[int, list[tuple[float, float]]] = {id(c): [] for c in cases}
     for repeat in range(options.repeats):  # round-robin: drift on a shared machine hits every row alike
         for case in cases:

@@ -6,6 +6,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ..storage.redaction import redact_json
 from .suites import Row
 
 
@@ -39,7 +40,8 @@ def document(rows: list[Row], machine: dict[str, Any], options: dict[str, Any]) 
 
 
 def write_json(path: Path, doc: dict[str, Any]) -> None:
-    Path(path).write_text(json.dumps(doc, indent=1, default=str), encoding="utf-8")
+    """The document as JSON, every string in it redacted (the options hold the URLs as typed)."""
+    Path(path).write_text(json.dumps(redact_json(json.loads(json.dumps(doc, default=str))), indent=1), encoding="utf-8")
 
 
 def plot(path: Path, rows: list[Row], title: str) -> None:

@@ -26,6 +26,7 @@ from torch import nn
 
 from ..backends import Loader, make_loader
 from ..records import SplitNotFound
+from ..storage import redact
 from . import checkpoint
 from .clock import make_clock
 from .config import RUN_SETTINGS, TrainConfig, warmup_cosine
@@ -131,7 +132,8 @@ class Trainer:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scaler": self.scaler.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "loader": self.loader.state_dict(), "epoch": self.epoch, "step": self.step,
-                "sums": asdict(sums), "metrics": self.metrics, "config": asdict(self.config),
+                "sums": asdict(sums), "metrics": self.metrics,
+                "config": {**asdict(self.config), "data": redact(self.config.data)},  # no credentials in last.pt
                 "world_size": self.env.world_size, "nonfinite": self.nonfinite + self.guard.agreed,
                 "skipped_steps": self.skipped + int(self.guard.skipped.item())}
 
