@@ -97,7 +97,7 @@ def make_plan(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochPl
 
 def make_loader(source: str | Path | Dataset, *, split: str = "train", backend: str = "auto",
                 rank: int | None = None, world_size: int | None = None,
-                options: LoaderOptions | None = None, **overrides: Any) -> Loader:
+                options: LoaderOptions | None = None, sha256: str | None = None, **overrides: Any) -> Loader:
     """A loader of Batch(images, labels, indices) over a packed dataset, an image folder, or shards.
 
     Options are LoaderOptions fields, given as `options=` or as keywords (batch_size=256, train=True,
@@ -105,11 +105,13 @@ def make_loader(source: str | Path | Dataset, *, split: str = "train", backend: 
     num_workers=None, prefetch_factor=2, pin_memory=None, on_error="skip", sampling="auto",
     cache_dir=None, cache_limit=None, mix_shards=None). `source` may be a `.wds` URL (s3://, gs://, az://, https://).
     rank and world_size default to torch.distributed's when it is initialized. Call set_epoch(e)
-    before each epoch.
+    before each epoch. `sha256`: an LMDB or HDF5 file is opened only if it has this digest (see open_dataset).
     """
     options = LoaderOptions(**{**(options.__dict__ if options else {}), **overrides})
+    if sha256 is not None and isinstance(source, Dataset):
+        raise ValueError("sha256= checks a file before it is opened: pass the dataset's path, not an opened Dataset")
     dataset = source if isinstance(source, Dataset) else open_dataset(
-        source, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit)
+        source, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit, sha256=sha256)
     plan = make_plan(dataset, options, resolve_shard(rank, world_size))
     name, reason = choose_backend(backend, options.torch_device)
     loader = _loader_class(name)(dataset, plan, options, reason=reason)

@@ -8,6 +8,7 @@ from typing import Callable
 from ..records import MANIFEST_NAME, Manifest, SplitNotFound
 from ..storage import RemoteLocation, RemoteStore, ShardCache, StoreNotFound, is_url
 from . import hdf5, lmdb, wds
+from .trusted import check_sha256
 from .base import Dataset, Writer
 from .folder import FolderDataset
 from .wds_foreign import ForeignShardsDataset
@@ -98,12 +99,16 @@ def open_remote(url: str, split: str, *, cache_dir: Path | None, cache_limit: in
 
 
 def open_dataset(path: str | Path, split: str = "train", *, cache_dir: str | Path | None = None,
-                 cache_limit: int | None = None) -> Dataset:
+                 cache_limit: int | None = None, sha256: str | None = None) -> Dataset:
     """Open one split of a packed dataset (LMDB, HDF5, WebDataset), of a plain image folder, or
     WebDataset shards written by other tools (`shards/train-{000000..000009}.tar`). A `.wds` dataset
     may also be a URL (s3://, gs://, az://, http(s)://): its shards are fetched whole into `cache_dir`
     (default: node-local, $TMPDIR/datapipe-UID/shards), kept under `cache_limit` bytes, least recently used
-    first, files in use never evicted (datapipe.storage.cache)."""
+    first, files in use never evicted (datapipe.storage.cache). `sha256`: for LMDB and HDF5, whose C
+    libraries do not defend against crafted files, the sha256 you trust of the file they parse (the
+    .h5 file, an LMDB folder's data.mdb), checked before anything opens it (one read of the file)."""
+    if sha256 is not None:
+        check_sha256(path, sha256)
     if is_url(path):
         return open_remote(str(path), split, cache_dir=Path(cache_dir) if cache_dir else None, cache_limit=cache_limit)
     if isinstance(path, str) and (path.endswith(".tar") or ("{" in path and not Path(path).exists())):

@@ -17,6 +17,7 @@ SUFFIXES = (".lmdb",)
 _TXN_BYTES = 64 << 20
 _MIN_MAP = 64 << 20
 _MAX_READERS = 2048
+DATA_FILE = "data.mdb"  # what the LMDB C library parses: check its sha256 first (datapipe.formats.trusted)
 
 
 def record_key(split: str, index: int) -> bytes:
@@ -27,7 +28,7 @@ _ENVS: dict[str, tuple[int, int, lmdb.Environment]] = {}
 
 
 def data_inode(path: str | Path) -> int:
-    return os.stat(Path(path) / "data.mdb").st_ino
+    return os.stat(Path(path) / DATA_FILE).st_ino
 
 
 def shared_env(path: str, inode: int) -> lmdb.Environment:

@@ -1,13 +1,30 @@
 """The tar (USTAR) pieces WebDataset shards need: member headers, DALI `.idx` lines, and reading the
-members of one sample back out of the bytes of its span."""
+members of one sample back out of the bytes of its span.
+
+Shards may come from strangers, so the header walk (`walk_tar`) trusts nothing it reads: every size
+must fit in the file, extended headers (PAX, GNU long names) are read only up to `MAX_EXTENDED`, a
+damaged header is an error naming the shard and the byte, and a member whose name breaks the
+dataset name rule (`datapipe.names`: `../x.jpg`, `/x.jpg`) is skipped with its reason. Memory stays
+bounded by the shard's size.
+"""
 from __future__ import annotations
+
+import logging
+import os
+
+from ..names import UnsafeName, check_name
 
 BLOCK = 512
 MTIME = 946684800  # 2000-01-01: fixed so identical input gives identical shards
 IDX_VERSION = "v1.2"
 END_OF_ARCHIVE = 2 * BLOCK
+MAX_EXTENDED = 1 << 20  # a PAX or GNU long-name header holds names and attributes: never megabytes
+_REGULAR = (b"0", b"\0", b"7")
+_EXTENDED = (b"x", b"g", b"L", b"K")
+_NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")
 
 Component = tuple[str, int, int, str]  # (ext, data offset, size, member name)
+log = logging.getLogger(__name__)
 
 
 def padded(size: int) -> int:
@@ -28,6 +45,46 @@ def member_header(name: str, size: int) -> bytes:
     return head[:148] + checksum + head[156:]
 
 
+def damaged(where: str, offset: int, what: str) -> ValueError:
+    """The one-line error for a tar that cannot be walked past `offset`."""
+    return ValueError(f"{where}: {what} at byte {offset}; the shard is damaged or not a tar (re-fetch or "
+                      "repack it)")
+
+
+def header_number(field: bytes) -> int | None:
+    """A numeric header field (octal, or GNU base-256 when its first byte is 0x80); None when it is
+    neither or negative."""
+    if field[:1] == b"\x80":
+        return int.from_bytes(field[1:], "big")
+    text = field.split(b"\0", 1)[0].strip(b" ")
+    if text.strip(b"01234567"):
+        return None
+    return int(text or b"0", 8)
+
+
+def member_size(header: bytes, where: str, offset: int) -> int:
+    size = header_number(header[124:136])
+    if size is None:
+        raise damaged(where, offset, f"size field {header[124:136]!r} is not a size")
+    return size
+
+
+def member_name(name: str) -> str:
+    """A member's name without the leading `./` that `tar -cf x.tar .` writes."""
+    while name.startswith("./"):
+        name = name[2:]
+    return name
+
+
+def name_problem(name: str) -> str | None:
+    """Why a member name must not become a sample key (None: it may): the dataset name rule."""
+    try:
+        check_name(name, "tar member name")
+    except UnsafeName as exc:
+        return str(exc)
+    return None
+
+
 def members(blob: bytes, where: str) -> dict[str, tuple[str, bytes]]:
     """The regular-file members in `blob` (whole members, header first): ext -> (member name, data).
     `where` names the blob in errors."""
@@ -38,7 +95,7 @@ def members(blob: bytes, where: str) -> dict[str, tuple[str, bytes]]:
             raise ValueError(f"{where}: no tar header at byte {pos} of the sample; the shard is damaged "
                              "or its index is stale (run `datapipe verify`)")
         name = header[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
-        size = int(header[124:136].strip(b" \0") or b"0", 8)
+        size = member_size(header, where, pos)
         start = pos + BLOCK
         if start + size > len(blob):
             raise ValueError(f"{where}: member {name} runs past the sample's span; the shard is damaged")
@@ -48,36 +105,140 @@ def members(blob: bytes, where: str) -> dict[str, tuple[str, bytes]]:
     return out
 
 
-def parse_idx(text: str) -> list[list[Component]]:
-    """DALI index lines -> per sample, its components as (ext, offset, size, member name)."""
+def parse_idx(text: str, *, where: str = "index", shard_bytes: int | None = None) -> list[list[Component]]:
+    """DALI index lines -> per sample, its components as (ext, offset, size, member name). With
+    `shard_bytes` (the tar's size) every member must lie inside the tar; a line the tar cannot hold,
+    or a sample count the lines do not match, is an error naming `where` and the line."""
     lines = text.splitlines()
-    if not lines or not lines[0].startswith(IDX_VERSION):
-        raise ValueError(f"not a DALI {IDX_VERSION} index (first line {lines[:1]!r})")
+    head = lines[0].split() if lines else []
+    if not head or head[0] != IDX_VERSION:
+        raise ValueError(f"{where}: not a DALI {IDX_VERSION} index (first line {lines[:1]!r})")
+    if len(head) > 1 and head[1] != str(len(lines) - 1):
+        raise ValueError(f"{where}: claims {head[1][:20]} samples but lists {len(lines) - 1}; the index is "
+                         "damaged (delete it: the shard is then indexed from its headers)")
+    limit = float("inf") if shard_bytes is None else shard_bytes
+    tar = "" if shard_bytes is None else f" of the {shard_bytes}-byte tar"
     samples = []
-    for line in lines[1:]:
+    for number, line in enumerate(lines[1:], 2):
         f = line.split()
-        samples.append([(f[i], int(f[i + 1]), int(f[i + 2]), f[i + 3]) for i in range(0, len(f), 4)])
+        ok = f and len(f) % 4 == 0 and all(f[i].isdigit() and f[i + 1].isdigit() for i in range(1, len(f), 4))
+        parts = [(f[i], int(f[i + 1]), int(f[i + 2]), f[i + 3]) for i in range(0, len(f), 4)] if ok else []
+        bad = next((p for p in parts if p[1] < BLOCK or p[1] + p[2] > limit or name_problem(member_name(p[3]))), None)
+        if not ok or bad:
+            what = f"member {bad[3]!r} at {bad[1]}+{bad[2]} bytes" if bad else repr(line[:60])
+            raise ValueError(f"{where}: line {number} ({what}) does not describe a member{tar}; the index is "
+                             "damaged (delete it: the shard is then indexed from its headers)")
+        samples.append(parts)
     return samples
 
 
-def scan_tar(path: str) -> list[list[Component]]:
-    """Index a tar from its headers alone (tarfile seeks over the data): per sample (webdataset
-    grouping: same name up to the first dot of the basename, consecutive), its components."""
-    import tarfile
+def _pax(data: bytes, where: str, offset: int) -> dict[str, bytes]:
+    """The records (`LEN key=value\\n`) of a PAX extended header's data."""
+    out, pos = {}, 0
+    while pos < len(data) and data[pos] != 0:
+        space = data.find(b" ", pos, pos + 20)
+        length = int(data[pos:space]) if space > pos and data[pos:space].isdigit() else 0
+        record = data[pos:pos + length]
+        key, eq, value = record[space - pos + 1:-1].partition(b"=")
+        if length <= space - pos or pos + length > len(data) or not record.endswith(b"\n") or not eq:
+            raise damaged(where, offset, f"PAX record {data[pos:pos + 40]!r} is malformed")
+        out[key.decode("utf-8", "replace")] = value
+        pos += length
+    return out
 
+
+def _member(header: bytes, size: int, pax: dict[str, bytes], longname: bytes | None, where: str,
+            start: int) -> tuple[str | None, int, str | None]:
+    """(name, size, skip reason) of a regular member whose headers begin at `start` (its PAX and GNU
+    long-name headers applied), or an error when its size cannot be trusted."""
+    if "size" in pax:
+        text = pax["size"]
+        size = int(text) if text.isdigit() and len(text) < 20 else -1
+        if size < 0:
+            raise damaged(where, start, f"PAX size {text[:20]!r} is not a size")
+    raw = pax.get("path") or longname or header[:100].split(b"\0", 1)[0]
+    prefix = header[345:500].split(b"\0", 1)[0]
+    if "path" not in pax and longname is None and prefix and header[257:263] == b"ustar\0":
+        raw = prefix + b"/" + raw
+    try:
+        name = member_name(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, size, f"tar member name {raw[:60]!r} is not UTF-8"
+    if name.endswith("/"):  # an old-style folder entry: no sample, no warning
+        return name, size, None
+    if any(key.startswith("GNU.sparse.") for key in pax):
+        return name, size, f"tar member {name!r} is a sparse file, which datapipe does not read"
+    return name, size, name_problem(name)
+
+
+def walk_tar(path: str) -> tuple[list[tuple[str, int, int]], list[str]]:
+    """The regular-file members of a tar from its headers alone: (name, data offset, size) each, and
+    the members skipped, each as 'byte N: reason'. A header that cannot be trusted is an error."""
+    found, skipped = [], []
+    pax_global: dict[str, bytes] = {}
+    pax: dict[str, bytes] = {}
+    longname: bytes | None = None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        end, offset, start = os.fstat(fd).st_size, 0, 0  # start: the member's first (extended) header
+        while offset < end:
+            header = os.pread(fd, BLOCK, offset)
+            if len(header) < BLOCK:
+                raise damaged(path, offset, f"the file ends inside a tar header ({end} bytes)")
+            if not header.strip(b"\0"):
+                break  # end of archive
+            stored, rest = header_number(header[148:156]), header[:148] + b" " * 8 + header[156:]
+            if stored != sum(rest) and stored != sum(rest) - 256 * sum(b > 127 for b in rest):  # tarfile's two sums
+                raise damaged(path, offset, "a tar header fails its checksum")
+            kind, size = header[156:157], member_size(header, path, offset)
+            if kind in _EXTENDED:
+                if size > MAX_EXTENDED or offset + BLOCK + size > end:
+                    raise damaged(path, offset, f"extended header ({kind.decode('latin-1')!r}) claims {size} bytes "
+                                  f"(at most {MAX_EXTENDED}, and inside the file's {end})")
+                data = os.pread(fd, size, offset + BLOCK)
+                if kind in b"xg":
+                    (pax if kind == b"x" else pax_global).update(_pax(data, path, offset))
+                elif kind == b"L":
+                    longname = data.split(b"\0", 1)[0]
+                offset += BLOCK + padded(size)
+                continue
+            if kind == b"S":
+                raise damaged(path, start, "a GNU sparse member, which datapipe does not read")
+            name, reason = None, None
+            if kind in _REGULAR:
+                name, size, reason = _member(header, size, {**pax_global, **pax}, longname, path, start)
+            elif kind in _NO_DATA:  # links, folders, devices: like tarfile, no data follows
+                size = 0
+            if offset + BLOCK + size > end:
+                raise damaged(path, start, f"member claims {size} bytes past the end of the file ({end} bytes)")
+            if reason:
+                skipped.append(f"byte {start}: {reason}")
+            elif name and not name.endswith("/"):
+                found.append((name, offset + BLOCK, size))
+            pax, longname = {}, None
+            offset = start = offset + BLOCK + padded(size)
+    finally:
+        os.close(fd)
+    return found, skipped
+
+
+def scan_tar(path: str) -> list[list[Component]]:
+    """Index a tar from its headers alone (the data is never read): per sample (webdataset grouping:
+    same name up to the first dot of the basename, consecutive), its components. Skipped members
+    are logged with their reasons."""
+    found, skipped = walk_tar(path)
+    if skipped:
+        log.warning("%s: skipped %d tar member(s), first %s", path, len(skipped), "; ".join(skipped[:3]))
     samples: list[list[Component]] = []
     last = None
-    with tarfile.open(path, "r:") as tar:
-        for member in tar:
-            if not member.isfile():
-                continue
-            folder, _, base = member.name.rpartition("/")
-            if "." not in base or base.startswith("."):
-                continue
-            stem, ext = base.split(".", 1)
-            key = f"{folder}/{stem}" if folder else stem
-            if key != last:
-                samples.append([])
-                last = key
-            samples[-1].append((ext, member.offset_data, member.size, member.name))
+    for name, offset, size in found:
+        folder, _, base = name.rpartition("/")
+        if "." not in base or base.startswith("."):
+            continue
+        stem, ext = base.split(".", 1)
+        key = f"{folder}/{stem}" if folder else stem
+        if key != last:
+            samples.append([])
+            last = key
+        samples[-1].append((ext, offset, size, name))
     return samples
