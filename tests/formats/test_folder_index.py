@@ -28,12 +28,17 @@ def big_folder(tmp_path_factory):
     return root
 
 
-def anonymous_bytes() -> int:
-    """This process's anonymous (private, not file-backed) memory."""
+def memory(field: str) -> int:
+    """One of this process's smaps_rollup figures in bytes (Anonymous: private, not file-backed;
+    Private_Dirty: pages only this process holds and has written)."""
     for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
-        if line.startswith("Anonymous:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) * 1024
-    raise AssertionError("no Anonymous line in smaps_rollup")
+    raise AssertionError(f"no {field} line in smaps_rollup")
+
+
+def anonymous_bytes() -> int:
+    return memory("Anonymous")
 
 
 def unpickle_and_touch(blob: bytes, out) -> None:
@@ -89,18 +94,11 @@ def _folder(root: Path, files: int) -> Path:
     return root
 
 
-def _private_dirty() -> int:
-    for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
-        if line.startswith("Private_Dirty:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no Private_Dirty line in smaps_rollup")
-
-
 def open_and_measure(warm: Path, folder: Path, cache: Path, out) -> None:
     FolderDataset(warm, cache_dir=cache)  # imports and first-use allocations out of the figure
-    before = _private_dirty()
+    before = memory("Private_Dirty")
     ds = FolderDataset(folder, cache_dir=cache)
-    out.put((_private_dirty() - before, len(ds)))
+    out.put((memory("Private_Dirty") - before, len(ds)))
 
 
 def test_a_rank_that_scans_a_folder_keeps_a_few_bytes_a_record(tmp_path):
