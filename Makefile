@@ -7,7 +7,7 @@ TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || ech
 SAMPLE ?= build/sample
 DEMO   ?= build/demo
 
-.PHONY: install test demo clean
+.PHONY: install test demo clean fuzz
 
 install: $(VENV)/.installed
 
@@ -36,6 +36,14 @@ demo: install
 		--seconds 2 --repeats 3 --json $(DEMO)/bench.json --plot $(DEMO)/bench.png
 	$(BIN)/datapipe train $(DEMO)/sample.lmdb --model resnet18 --epochs 1 --batch-size 32 --image-size 128 \
 		--lr 0.05 --log-every 5 --out $(DEMO)/train
+
+# Coverage-guided fuzzing (atheris) of the JPEG marker parser, the C region decoder (then its
+# AddressSanitizer build), the tar indexer and the manifest reader: FUZZ_SECONDS per target.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= jpeg_markers jpeg_region tar idx manifest
+fuzz: install
+	$(BIN)/python -c "import atheris" 2>/dev/null || $(BIN)/pip install -q -e ".[fuzz]"
+	PYTHON=$(BIN)/python FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_TARGETS="$(FUZZ_TARGETS)" sh fuzz/all.sh
 
 clean:
 	rm -rf build $(VENV)

@@ -175,8 +175,16 @@ def check_names(manifest: Manifest, source: str) -> None:
             check_name(entry.get("name"), f"{field}.name")
             if entry.get("sha256") is not None:
                 check_digest(entry["sha256"], f"{field}.sha256")
-            for count in ("bytes", "samples"):
-                value = entry.get(count, 0)
-                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                    raise UnsafeName(f"{field}.{count} {str(value)[:40]!r} is not a count; the dataset is "
-                                     "damaged or was crafted")
+            for count in ("bytes", "samples") if field.endswith("]") else ("bytes",):
+                check_count(entry.get(count), f"{field}.{count}")
+        if not isinstance(info.skipped, list) or not all(isinstance(s, dict) for s in info.skipped):
+            raise UnsafeName(f"{where}.skipped is not a list of objects; the dataset is damaged or was crafted")
+        for n, entry in enumerate(info.skipped):
+            if "position" in entry:
+                check_count(entry["position"], f"{where}.skipped[{n}].position")
+
+
+def check_count(value: object, field: str) -> None:
+    """A manifest's size or count: a non-negative int below 2**53 (what JSON numbers hold exactly)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2 ** 53:
+        raise UnsafeName(f"{field} {str(value)[:40]!r} is not a count; the dataset is damaged or was crafted")

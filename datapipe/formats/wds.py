@@ -46,12 +46,18 @@ def offsets_name(split: str) -> str:
     return f"{split}.offsets.npy"
 
 
-def sample_starts(idx_text: str) -> np.ndarray:
+def sample_starts(idx_text: str, where: str = "index") -> np.ndarray:
     """Where each sample of a shard starts (its first member's header), from the shard's `.idx`."""
     lines = idx_text.splitlines()
     if not lines or not lines[0].startswith(IDX_VERSION):
-        raise ValueError(f"not a DALI {IDX_VERSION} index (first line {lines[:1]!r})")
-    return np.array([int(line.split(" ", 2)[1]) - BLOCK for line in lines[1:]], dtype=np.int64)
+        raise ValueError(f"{where}: not a DALI {IDX_VERSION} index (first line {lines[:1]!r})")
+    try:
+        starts = np.array([int(line.split(" ", 2)[1]) for line in lines[1:]], dtype=np.int64) - BLOCK
+    except (IndexError, ValueError, OverflowError):
+        starts = np.array([-1])
+    if len(starts) and starts.min() < 0:
+        raise ValueError(f"{where}: a line does not give a sample's offset in the tar; the index is damaged")
+    return starts
 
 
 class SpanIndex:
@@ -112,7 +118,8 @@ def load_offsets(location: Location, split: str, info: SplitInfo) -> np.ndarray:
             check_offsets_header(fh, samples, location.describe(info.index["name"]))
             return np.load(fh)
     shards = info.shards
-    parts = [sample_starts(location.read_bytes(idx_name(s["name"])).decode("ascii")) for s in shards]
+    parts = [sample_starts(location.read_bytes(idx_name(s["name"])).decode("ascii", "replace"),
+                           location.describe(idx_name(s["name"]))) for s in shards]
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 

@@ -1,0 +1,1 @@
+"""Fuzz targets for datapipe's parsers of untrusted bytes (see fuzz/README.md)."""
