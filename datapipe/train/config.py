@@ -45,6 +45,7 @@ class TrainConfig:
     sampling: str = "auto"  # "shards" for remote datasets by default (datapipe.sharding.ShardPlan)
     cache_dir: str | None = None  # where a remote dataset's shards are cached
     cache_limit: int | None = None  # bytes the cache may hold
+    tensorboard: str = "auto"  # a folder, "auto" (OUT/tensorboard when installed) or "off" (datapipe.train.board)
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "accum_steps", "image_size", "log_every"):

@@ -28,6 +28,7 @@ from ..backends import Loader, make_loader
 from ..records import SplitNotFound
 from ..storage import redact
 from . import checkpoint
+from .board import Board
 from .clock import make_clock
 from .config import RUN_SETTINGS, TrainConfig, warmup_cosine
 from .ddp import DistEnv, all_max, all_sum, gather_strings, setup, teardown
@@ -47,6 +48,7 @@ class EpochSums:
     images: int = 0
     wait: float = 0.0
     seconds: float = 0.0
+    correct: float = 0.0  # train images classified right (top-1, before the step)
 
 
 def resolve_amp(amp: str | None, device: torch.device) -> torch.dtype | None:
@@ -109,6 +111,8 @@ class Trainer:
         self.clock = make_clock(self.device)
         self.nonfinite = self.skipped = 0  # non-finite losses, skipped steps before this process (checkpoint)
         self.metrics: list[dict[str, Any]] = []
+        self.board = Board.open(config.tensorboard, self.out) if env.is_main else None
+        self._logged_images = 0  # sums.images at the last log line (rank 0's interval figures)
         if config.resume:
             self._restore(checkpoint.load(config.resume))
 
@@ -139,9 +143,9 @@ class Trainer:
 
     def _save(self) -> None:
         """Every rank calls it (the epoch's sums are summed over ranks); rank 0 writes."""
-        loss_sum, images = all_sum([self.sums.loss_sum, self.sums.images], self.device)
+        loss_sum, images, correct = all_sum([self.sums.loss_sum, self.sums.images, self.sums.correct], self.device)
         if self.env.is_main:
-            sums = EpochSums(loss_sum, int(images), self.sums.wait, self.sums.seconds)
+            sums = EpochSums(loss_sum, int(images), self.sums.wait, self.sums.seconds, correct)
             checkpoint.save(self.out / "last.pt", self._state(sums))
 
     def _restore(self, state: dict[str, Any]) -> None:
@@ -153,8 +157,8 @@ class Trainer:
         self.loader.load_state_dict(state["loader"])  # a global position: any world size resumes from it
         self.epoch, self.step = int(state["epoch"]), int(state["step"])
         self.sums, self.metrics = EpochSums(**state["sums"]), list(state["metrics"])
-        if not self.env.is_main:  # the saved loss and images are every rank's: rank 0 carries them
-            self.sums.loss_sum, self.sums.images = 0.0, 0
+        if not self.env.is_main:  # the saved loss, images and correct are every rank's: rank 0 carries them
+            self.sums.loss_sum, self.sums.images, self.sums.correct = 0.0, 0, 0.0
         self.nonfinite, self.skipped = int(state.get("nonfinite", 0)), int(state.get("skipped_steps", 0))
         saved = state.get("config", {})
         for name in RUN_SETTINGS:
@@ -197,13 +201,16 @@ class Trainer:
                 self._finish_epoch()
             self._write_summary()
         finally:
+            if self.board is not None:
+                self.board.close()
             teardown()
         return self.metrics
 
     def _train_epoch(self) -> bool:
         """Train until the epoch ends (True) or max_steps is reached (False)."""
         self.net.train()
-        loss_sum = torch.tensor(self.sums.loss_sum, device=self.device)
+        sums = torch.tensor([self.sums.loss_sum, self.sums.correct], device=self.device)  # loss, correct
+        self._logged_images = self.sums.images
         self.clock.start()
         profiler = self._profiler()
         with profiler or contextlib.nullcontext():
@@ -216,28 +223,32 @@ class Trainer:
                     break
                 number = self.loader.batches_done
                 boundary = number % self.config.accum_steps == 0 or number == len(self.loader)
-                loss = self._forward_backward(batch, sync=boundary)
-                loss_sum += self.guard.observe(loss, self.step) * len(batch.labels)
+                loss, correct = self._forward_backward(batch, sync=boundary)
+                sums[0] += self.guard.observe(loss, self.step) * len(batch.labels)
+                sums[1] += correct
                 self.sums.images += len(batch.labels)
                 if profiler is not None:
                     profiler.step()
-                if boundary and not self._after_step(loss_sum):
+                if boundary and not self._after_step(sums):
                     return False
                 self.clock.queued()
-        self._account(loss_sum)
+        self._account(sums)
         return True
 
-    def _forward_backward(self, batch, *, sync: bool) -> torch.Tensor:
+    def _forward_backward(self, batch, *, sync: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch's loss and how many of its images the model got right (device tensors, no sync)."""
         images, labels, _ = batch
         no_sync = getattr(self.net, "no_sync", None)
         with (no_sync() if no_sync is not None and not sync else contextlib.nullcontext()):
             with self._autocast():
-                loss = self.criterion(self.net(images), labels)
+                logits = self.net(images)
+                loss = self.criterion(logits, labels)
             self.scaler.scale(loss / self.config.accum_steps).backward()
-        return loss.detach().float()
+        return loss.detach().float(), (logits.detach().argmax(1) == labels).sum().float()
 
-    def _after_step(self, loss_sum: torch.Tensor) -> bool:
-        """Optimizer step, schedule, logging and checkpoints; False when max_steps is reached."""
+    def _after_step(self, sums: torch.Tensor) -> bool:
+        """Optimizer step, schedule, logging and checkpoints; False when max_steps is reached.
+        `sums`: the epoch's loss sum and correct count on this rank, on the device."""
         self.guard.step(self.scaler, self.optimizer, self.model)  # skipped if inf/NaN; the schedule goes on
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
@@ -246,21 +257,41 @@ class Trainer:
             self.clock.collect()
             self.guard.check(self.epoch)
             if self.env.is_main:
-                log.info("epoch %d step %d loss %.4f lr %.4g", self.epoch, self.step,
-                         loss_sum.item() / max(1, self.sums.images), self.scheduler.get_last_lr()[0])
+                self._log_interval(sums)
         stop = self.config.max_steps is not None and self.step >= self.config.max_steps
         if stop or (self.config.save_every and self.step % self.config.save_every == 0):
-            self._account(loss_sum)
+            self._account(sums)
             self._save()
         return not stop
 
-    def _account(self, loss_sum: torch.Tensor) -> None:
-        """Fold the time since the last account into the epoch's sums (a sync: epoch end or save only)."""
+    def _log_interval(self, sums: torch.Tensor) -> None:
+        """Rank 0's log line and TensorBoard scalars: the epoch's running loss and train accuracy, the
+        lr, and images/s and data_wait_pct since the last log line (rank 0's, images/s times the world
+        size: DDP ranks step together). Reads the device once (the log line's sync)."""
+        loss_sum, correct = sums.tolist()
+        images = max(1, self.sums.images)
+        wait, seconds = self._fold_clock()
+        rate = (self.sums.images - self._logged_images) * self.env.world_size / max(seconds, 1e-9)
+        self._logged_images = self.sums.images
+        lr = self.scheduler.get_last_lr()[0]
+        log.info("epoch %d step %d loss %.4f acc %.3f lr %.4g %.0f img/s", self.epoch, self.step, loss_sum / images,
+                 correct / images, lr, rate)
+        if self.board is not None:
+            self.board.interval(self.step, loss=loss_sum / images, accuracy=correct / images, lr=lr,
+                                images_per_s=rate, data_wait_pct=100 * wait / max(seconds, 1e-9))
+
+    def _fold_clock(self) -> tuple[float, float]:
+        """The clock's (idle, elapsed) seconds since it was last read, added to the epoch's sums."""
         wait, seconds = self.clock.read()
-        self.guard.check(self.epoch)
-        self.sums.loss_sum = float(loss_sum.item())
         self.sums.wait += wait
         self.sums.seconds += seconds
+        return wait, seconds
+
+    def _account(self, sums: torch.Tensor) -> None:
+        """Fold the time since the last account into the epoch's sums (a sync: epoch end or save only)."""
+        self._fold_clock()
+        self.guard.check(self.epoch)
+        self.sums.loss_sum, self.sums.correct = sums.tolist()
 
     def _profiler(self) -> torch.profiler.profile | None:
         if not (self.config.profile and self.env.is_main and self.epoch == 0):
@@ -290,10 +321,11 @@ class Trainer:
 
     def _finish_epoch(self) -> None:
         val_acc = self.evaluate()
-        loss_sum, images, wait_share = all_sum([self.sums.loss_sum, self.sums.images,
-                                                self.sums.wait / max(self.sums.seconds, 1e-9)], self.device)
+        loss_sum, images, correct, wait_share = all_sum([self.sums.loss_sum, self.sums.images, self.sums.correct,
+                                                         self.sums.wait / max(self.sums.seconds, 1e-9)], self.device)
         seconds = all_max(self.sums.seconds, self.device)
-        record = {"epoch": self.epoch, "train_loss": loss_sum / max(images, 1), "val_acc": val_acc, "images": int(images),
+        record = {"epoch": self.epoch, "train_loss": loss_sum / max(images, 1), "train_acc": correct / max(images, 1),
+                  "val_acc": val_acc, "images": int(images),
                   "images_per_s": images / max(seconds, 1e-9), "data_wait_pct": 100 * wait_share / self.env.world_size,
                   "world_size": self.env.world_size, "backend": self.loader.backend,
                   "lr": self.scheduler.get_last_lr()[0], "steps": self.step, "seconds": seconds,
@@ -305,6 +337,8 @@ class Trainer:
             with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(record, allow_nan=False) + "\n")  # strict JSON, never a bare NaN
             log.info("epoch %d: %s", self.epoch, json.dumps(record))
+            if self.board is not None:
+                self.board.epoch(self.epoch, record)
         self.epoch += 1
         self.sums = EpochSums()
         self.loader.set_epoch(self.epoch)

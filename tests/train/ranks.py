@@ -57,8 +57,9 @@ class NanLossTrainer(Trainer):
         self.nan_rank, self.nan_step = nan_rank, nan_step
 
     def _forward_backward(self, batch, *, sync: bool):
-        loss = super()._forward_backward(batch, sync=sync)
-        return loss * float("nan") if (self.env.rank, self.step) == (self.nan_rank, self.nan_step) else loss
+        loss, correct = super()._forward_backward(batch, sync=sync)
+        nan = (self.env.rank, self.step) == (self.nan_rank, self.nan_step)
+        return (loss * float("nan") if nan else loss), correct
 
 
 def nan_loss_run(rank: int, world_size: int, data: str, out: str, nan_rank: int, nan_step: int, log_every: int):

@@ -86,6 +86,7 @@ def test_two_process_gloo_run_through_torchrun_ends_with_identical_weights(learn
     metrics = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == 2 and all(m["world_size"] == 2 for m in metrics)
     assert metrics[-1]["val_acc"] is not None
+    assert len(list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))) == 1  # rank 0 only
 
 
 def test_two_rank_dali_run_over_uneven_shards_then_elastic_resume_on_one(packed_wds, tmp_path):
