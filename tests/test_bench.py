@@ -29,7 +29,7 @@ def test_bench_json_plot_and_table(packed_lmdb, clean_folder, tmp_path):
     for row in rows:
         assert {"backend", "format", "suite", "images_per_s", "mb_per_s"} <= row.keys()
     kinds = {(r["format"], r["suite"], r["backend"]) for r in rows}
-    for backend in ("dataloader", "prefetch", "dali"):
+    for backend in ("threads", "dataloader", "prefetch", "dali"):
         assert ("lmdb", "pipeline", backend) in kinds and ("folder", "pipeline", backend) in kinds
     assert ("lmdb", "baseline", "naive-imagefolder") in kinds and ("folder", "baseline", "plain-dali-cpu") in kinds
     assert ("lmdb", "read", "-") in kinds and ("lmdb", "decode", "pil-1-core") in kinds

@@ -93,6 +93,11 @@ class LoaderOptions:
         """The device batches go to; on CUDA always with this rank's index (datapipe.devices)."""
         return rank_device(self.device)
 
+    @property
+    def pinned(self) -> bool:
+        """pin_memory, or True when batches go to a CUDA device."""
+        return self.pin_memory if self.pin_memory is not None else self.torch_device.type == "cuda"
+
 
 def hugepage_empty(shape: torch.Size, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
     """An uninitialised NCHW CPU tensor whose memory NumPy allocates: NumPy asks Linux for
@@ -123,6 +128,10 @@ class Normalizer:
             return self._normalize(images)
         finally:
             torch.set_num_threads(threads)
+
+    def batch(self, images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor) -> Batch:
+        """A host batch (uint8 images) on the device: images normalized, labels moved, indices kept."""
+        return Batch(self(images), labels.to(self.device, non_blocking=True), indices)
 
     def _empty(self, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
         if self.device.type == "cpu":
@@ -340,4 +349,5 @@ class Loader(abc.ABC):
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(backend={self.backend!r}, batches={len(self)}, "
-                f"batch_size={self.plan.batch_size}, rank={self.shard.rank}/{self.shard.world_size})")
+                f"batch_size={self.plan.batch_size}, rank={self.shard.rank}/{self.shard.world_size}, "
+                f"reason={self.reason!r})")

@@ -95,12 +95,11 @@ class DataLoaderLoader(Loader):
     def __init__(self, dataset: Dataset, plan: EpochPlan | ShardPlan, options: LoaderOptions, *, reason: str = "") -> None:
         super().__init__(dataset, plan, options, reason=reason)
         self.device = options.torch_device
-        pin = options.pin_memory if options.pin_memory is not None else self.device.type == "cuda"
         workers = options.workers
         self.batch_plan = EpochBatches(plan, read_ahead=READ_AHEAD_SHARDS if dataset.location.remote else 0)
         self.loader = torch.utils.data.DataLoader(
             DecodedRecords(dataset, options), batch_sampler=self.batch_plan, collate_fn=collate,
-            num_workers=workers, pin_memory=pin, worker_init_fn=_seed_worker,
+            num_workers=workers, pin_memory=options.pinned, worker_init_fn=_seed_worker,
             prefetch_factor=options.prefetch_factor if workers else None,
             persistent_workers=workers > 0 and options.persistent_workers,
             multiprocessing_context=options.start_method if workers else None)
@@ -126,7 +125,7 @@ class DataLoaderLoader(Loader):
             yield images, labels, indices
 
     def to_device(self, images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor) -> Batch:
-        return Batch(self.normalize(images), labels.to(self.device, non_blocking=True), indices)
+        return self.normalize.batch(images, labels, indices)
 
     def _iterate(self, epoch: int, offset: int) -> Iterator[Batch]:
         for host in self.host_batches(epoch, offset):

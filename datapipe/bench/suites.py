@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 class BenchOptions:
     """What to run and how long; validated once."""
 
-    backends: tuple[str, ...] = ("dataloader", "prefetch", "dali")
+    backends: tuple[str, ...] = ("threads", "dataloader", "prefetch", "dali")
     batch_size: int = 64
     image_size: int = 224
     seconds: float = 10.0
@@ -46,9 +46,9 @@ class BenchOptions:
     cache_limit: int | None = None
 
     def __post_init__(self) -> None:
-        unknown = set(self.backends) - {"dataloader", "prefetch", "dali"}
+        unknown = set(self.backends) - {"threads", "dataloader", "prefetch", "dali"}
         if unknown:
-            raise ValueError(f"unknown backends {sorted(unknown)}; choose from dataloader, prefetch, dali")
+            raise ValueError(f"unknown backends {sorted(unknown)}; choose from threads, dataloader, prefetch, dali")
         if self.repeats < 1 or self.seconds <= 0 or self.batch_size < 1 or self.warmup < 0:
             raise ValueError("repeats and batch_size must be >= 1, seconds > 0, warmup >= 0")
         if self.simulate_step_ms < 0:
@@ -206,6 +206,10 @@ def suite_pipeline(name: str, ds: Dataset, opts: BenchOptions, device: torch.dev
     """The full train pipeline (decode, RandomResizedCrop, flip, normalize, on the device) per backend."""
     cases = []
     for backend in opts.backends:
+        if backend == "threads" and ds.location.remote:
+            cases.append(Case(name, ds.format, "pipeline", backend, None,
+                              note="skipped: a remote dataset is read by worker processes (docs/loaders.md)"))
+            continue
         try:
             loader = make_loader(ds, backend=backend, batch_size=opts.batch_size, image_size=opts.image_size,
                                  num_workers=opts.workers, device=opts.device, sampling=opts.sampling,

@@ -10,7 +10,7 @@ from datapipe.backends.base import TooManyBadSamples
 from datapipe.formats.lmdb import record_key
 from tests.conftest import BAD_FILES, IMAGEFOLDER
 
-BACKENDS = ["dataloader", "prefetch", "dali"]
+BACKENDS = ["dataloader", "threads", "prefetch", "dali"]
 SMALL = dict(batch_size=4, image_size=32, num_workers=1)
 
 

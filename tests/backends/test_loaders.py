@@ -4,7 +4,7 @@ import torch
 
 from datapipe import make_loader, open_dataset
 
-BACKENDS = ["dataloader", "prefetch", "dali"]
+BACKENDS = ["dataloader", "threads", "prefetch", "dali"]
 SMALL = dict(batch_size=5, image_size=32, num_workers=1)
 
 

@@ -70,7 +70,7 @@ def test_eval_windows_are_pixel_aligned_when_the_margin_is_odd(tmp_path):
         assert pixel_diff(shifted, dali[index]) > 2 * pixel_diff(pil[index], dali[index])  # control
 
 
-@pytest.mark.parametrize("backend", ["dataloader", "prefetch", "dali"])
+@pytest.mark.parametrize("backend", ["dataloader", "threads", "prefetch", "dali"])
 def test_bf16_channels_last_output(packed_lmdb, backend):
     loader = make_loader(packed_lmdb, backend=backend, batch_size=4, image_size=32, num_workers=1,
                          dtype=torch.bfloat16, channels_last=True)

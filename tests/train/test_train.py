@@ -41,7 +41,7 @@ def test_resume_mid_epoch_matches_an_uninterrupted_run(learnable, tmp_path):
     assert resumed["metrics"][-1]["val_acc"] == whole["metrics"][-1]["val_acc"]
 
 
-@pytest.mark.parametrize("backend", ["dataloader", "prefetch", "dali"])
+@pytest.mark.parametrize("backend", ["threads", "dataloader", "prefetch", "dali"])
 def test_an_epoch_through_every_backend(learnable, tmp_path, backend):
     metrics = train(config(learnable, tmp_path, epochs=1, backend=backend))
     assert metrics[0]["backend"] == backend and metrics[0]["val_acc"] is not None

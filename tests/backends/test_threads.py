@@ -1,0 +1,131 @@
+"""The thread backend: the dataloader backend's batches exactly, its buffers never reused early, no
+decode thread left behind, and an error in a thread raised in the consumer, naming the record."""
+import contextlib
+import gc
+import signal
+import threading
+import time
+
+import pytest
+import torch
+
+from datapipe import make_loader
+from datapipe.backends.threads import THREAD_PREFIX
+from datapipe.formats.lmdb import LmdbDataset
+from datapipe.storage import StoreError
+
+TINY = dict(batch_size=4, image_size=32, num_workers=2)
+BAD = 5
+
+
+@contextlib.contextmanager
+def deadline(seconds):
+    """Fail instead of hanging: SIGALRM raises in the main thread (a waiting consumer wakes each second)."""
+    def expired(*_):
+        raise TimeoutError(f"no result within {seconds} s: a hang")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def decode_threads():
+    return [t.name for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX)]
+
+
+class SlowNormalizer:
+    """The loader's normalizer, which first waits a little: a buffer refilled before its read is done
+    would be overwritten by the decode threads meanwhile."""
+
+    def __init__(self, normalize):
+        self.normalize = normalize
+
+    def batch(self, *host):
+        time.sleep(0.02)
+        return self.normalize.batch(*host)
+
+
+def kept_batches(loader, epoch):
+    """Every batch of an epoch, all kept until the end: (indices in order, {index: image})."""
+    loader.set_epoch(epoch)
+    with deadline(60):
+        batches = list(loader)
+    return [i for _, _, idx in batches for i in idx.tolist()], {
+        i: img for images, _, idx in batches for i, img in zip(idx.tolist(), images)}
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("prefetch_factor", [1, 3])
+def test_batches_equal_the_dataloader_backends_in_order_and_pixel_for_pixel(packed_lmdb, train, prefetch_factor):
+    """The same records, order and views (same sample_rng), every batch kept to the end: a buffer
+    refilled while it is read or handed out, a batch served out of order or a view drawn another
+    way would show here."""
+    options = dict(TINY, train=train, prefetch_factor=prefetch_factor)
+    threads = make_loader(packed_lmdb, backend="threads", rank=1, world_size=2, **options)
+    threads.normalize = SlowNormalizer(threads.normalize)
+    processes = make_loader(packed_lmdb, backend="dataloader", rank=1, world_size=2, **{**options, "num_workers": 1})
+    for epoch in (0, 1):
+        order, images = kept_batches(threads, epoch)
+        expected_order, expected = kept_batches(processes, epoch)
+        assert order == expected_order
+        assert all(torch.equal(images[i], expected[i]) for i in order), f"epoch {epoch}: a view differs"
+
+
+def test_workers_0_decodes_in_the_caller(packed_lmdb):
+    loader = make_loader(packed_lmdb, backend="threads", **{**TINY, "num_workers": 0})
+    order, _ = kept_batches(loader, 0)
+    assert sorted(order) == list(range(len(loader.dataset))) and not decode_threads()
+
+
+def test_an_abandoned_iteration_leaves_no_decode_thread(packed_lmdb):
+    loader = make_loader(packed_lmdb, backend="threads", **TINY)
+    with deadline(60):
+        for _ in loader:
+            assert len(decode_threads()) == 2
+            break
+        assert not decode_threads()
+        batches = iter(loader)
+        next(batches)
+        del batches  # dropped mid-epoch, without a close()
+        assert not decode_threads()
+        batches = iter(loader)
+        next(batches)
+        cycle = [batches]
+        cycle.append(cycle)  # only the garbage collector frees it
+        del batches, cycle, loader
+        gc.collect()
+    assert not decode_threads()
+
+
+@pytest.mark.parametrize("on_error, error, match", [
+    ("raise", KeyError("no such key"), rf"cannot read or decode record {BAD} \(record {BAD}\): KeyError"),
+    ("skip", StoreError("the store went away"), "the store went away"),  # a store error is never substituted
+])
+def test_an_error_in_a_decode_thread_reaches_the_consumer_naming_the_record(packed_lmdb, monkeypatch, on_error,
+                                                                              error, match):
+    read = LmdbDataset.record
+
+    def failing(self, index):
+        if index == BAD:
+            raise error
+        return read(self, index)
+
+    monkeypatch.setattr(LmdbDataset, "record", failing)
+    loader = make_loader(packed_lmdb, backend="threads", train=False, on_error=on_error, **TINY)
+    with deadline(60), pytest.raises(type(error) if on_error == "skip" else RuntimeError, match=match) as caught:
+        list(loader)
+    assert any(f"serving record {BAD}" in note and THREAD_PREFIX in note for note in caught.value.__notes__)
+    assert not decode_threads()
+
+
+def test_auto_picks_threads_for_a_local_dataset_and_processes_for_a_remote_one_saying_why():
+    from datapipe.backends import choose_backend
+
+    name, reason = choose_backend("auto", torch.device("cpu"), remote=True)
+    assert name == "dataloader" and "object store" in reason
+    name, reason = choose_backend("auto", torch.device("cpu"))
+    assert name == "threads" and "measured" in reason
