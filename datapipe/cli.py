@@ -132,7 +132,7 @@ def _run_verify(args: argparse.Namespace) -> int:
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="measure read, decode and loader throughput against a naive baseline")
     p.add_argument("data", nargs="+", help="packed datasets, image folders or shard patterns")
-    p.add_argument("--backends", default="dataloader,prefetch,dali", help="comma-separated (default: all three)")
+    p.add_argument("--backends", default="threads,dataloader,prefetch,dali", help="comma-separated (default: all four)")
     p.add_argument("--suites", default="read,decode,baseline,pipeline,h2d", help="comma-separated suites")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--image-size", type=int, default=224)
@@ -196,13 +196,16 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup-epochs", type=float, help="default: 1")
     p.add_argument("--label-smoothing", type=float, help="default: 0.1")
     p.add_argument("--image-size", type=int, help="default: 224")
-    p.add_argument("--backend", choices=["auto", "dataloader", "prefetch", "dali"], help="default: auto")
+    p.add_argument("--backend", choices=["auto", "threads", "dataloader", "prefetch", "dali"], help="default: auto")
     p.add_argument("--amp", choices=["bf16", "fp16", "off"], help="default: bf16 where the GPU supports it, else off")
     p.add_argument("--accum-steps", type=int, help="gradient accumulation steps; default: 1")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--checkpoint-activations", action="store_true", help="recompute activations (big models)")
     p.add_argument("--no-channels-last", action="store_true", help="keep NCHW contiguous memory format")
     p.add_argument("--profile", action="store_true", help="write a torch.profiler trace of a few steps to OUT/profile")
+    p.add_argument("--tensorboard", metavar="DIR",
+                   help="TensorBoard scalars (rank 0) in DIR; default: OUT/tensorboard when tensorboard is installed; "
+                        "'off': none")
     p.add_argument("--workers", type=int, help="loader workers per process (default: this rank's share of the CPUs)")
     p.add_argument("--seed", type=int, help="default: 0")
     p.add_argument("--log-every", type=int, help="steps between loss logs (the only host syncs); default: 50")
