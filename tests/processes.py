@@ -1,9 +1,28 @@
-"""Running a command that starts processes, with a deadline: a hang kills its whole session and fails."""
+"""Deadlines for tests that could hang: a command that starts processes (a hang kills its whole
+session and fails), and code run in this process (SIGALRM raises TimeoutError in the main thread)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Raise TimeoutError in this process's main thread past `seconds`; forked children do not
+    inherit the timer."""
+    def expired(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s: it hangs")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def run_in_session(argv: list[str], timeout: float, *, cwd=None, check: bool = True) -> subprocess.CompletedProcess:

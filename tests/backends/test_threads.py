@@ -1,8 +1,6 @@
 """The thread backend: the dataloader backend's batches exactly, its buffers never reused early, no
 decode thread left behind, and an error in a thread raised in the consumer, naming the record."""
-import contextlib
 import gc
-import signal
 import threading
 import time
 
@@ -13,24 +11,10 @@ from datapipe import make_loader
 from datapipe.backends.threads import THREAD_PREFIX
 from datapipe.formats.lmdb import LmdbDataset
 from datapipe.storage import StoreError
+from tests.processes import deadline
 
 TINY = dict(batch_size=4, image_size=32, num_workers=2)
 BAD = 5
-
-
-@contextlib.contextmanager
-def deadline(seconds):
-    """Fail instead of hanging: SIGALRM raises in the main thread (a waiting consumer wakes each second)."""
-    def expired(*_):
-        raise TimeoutError(f"no result within {seconds} s: a hang")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def decode_threads():

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from converters.shards import build_shard
+from tests.processes import deadline as process_deadline
 
 DEADLINE_S = 60  # for one command; a conversion of the fixture folder takes about a second
 TEST_DEADLINE_S = 4 * DEADLINE_S  # for a test that runs a few
@@ -78,20 +79,9 @@ def run_datapipe(args: list[str], prelude: str = "", timeout: float = DEADLINE_S
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
-@contextlib.contextmanager
 def deadline(seconds: float = TEST_DEADLINE_S):
-    """Raise TimeoutError in this process past `seconds` (a conversion whose workers it runs would
-    otherwise hang the suite); forked workers do not inherit the timer."""
-    def expired(signum, frame):
-        raise TimeoutError(f"still running after {seconds} s: it hangs")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    """tests.processes.deadline with this module's default: a test that runs a few conversions."""
+    return process_deadline(seconds)
 
 
 def dies_mid_shard_once(job, ctx, tick=None, *, marker: Path, shard: str):

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from tests.processes import deadline
 from tests.storage.conftest import http_root, isolated_cache, s3, upload_folder  # noqa: F401 (fixtures)
 
 
@@ -47,15 +48,7 @@ def failing_http(tmp_path, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def deadline():
+def _deadline():
     """Each test (its forked store helpers included) ends within 120 s, or fails instead of hanging."""
-    import signal
-
-    def expired(*_):
-        raise TimeoutError("the test ran past its 120 s deadline")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(120)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
+    with deadline(120):
+        yield
