@@ -161,7 +161,8 @@ def _run_bench(args: argparse.Namespace) -> int:
         image_size=args.image_size, seconds=args.seconds, repeats=args.repeats, warmup=args.warmup,
         workers=args.workers, simulate_step_ms=args.simulate_step, split=args.split, sampling=args.sampling,
         cache_dir=args.cache_dir, cache_limit=args.cache_limit)
-    rows = run_bench(args.data, options, suites=tuple(s for s in args.suites.split(",") if s))
+    rows = run_bench(args.data, options, suites=tuple(s for s in args.suites.split(",") if s),
+                     progress=sys.stderr.isatty())
     machine = machine_info()
     print(table(rows))
     if args.json:

@@ -128,3 +128,13 @@ def test_node_memory_tool_measures_ranks_and_workers(tmp_path):
     (row,) = json.loads(out.read_text())
     assert row["format"] == "wds" and row["records"] == 1500 and row["node_pss_mb"] > 0
     assert isinstance(row["rank_private_b_per_record"], float) and isinstance(row["worker_private_b_per_record"], float)
+
+
+def test_one_progress_bar_instead_of_a_log_line_per_run(packed_lmdb, capsys, caplog):
+    caplog.set_level("INFO")
+    options = BenchOptions(backends=("threads",), batch_size=4, image_size=32, seconds=0.2, repeats=2, warmup=0,
+                           workers=1)
+    run_bench([packed_lmdb], options, suites=("read", "pipeline"), progress=True)
+    bar = capsys.readouterr().err
+    assert "bench: 100%" in bar and "4/4" in bar and "pipeline threads" in bar
+    assert "bench repeat" not in caplog.text

@@ -5,6 +5,7 @@ import logging
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from ..formats import open_dataset
 from ..storage import redact
@@ -14,8 +15,10 @@ log = logging.getLogger(__name__)
 
 
 def run_bench(sources: list[str | Path], options: BenchOptions = BenchOptions(),
-              suites: tuple[str, ...] = ("read", "decode", "baseline", "pipeline", "h2d")) -> list[Row]:
-    """Run the suites on every source; rows come back in a stable order (source, then suite)."""
+              suites: tuple[str, ...] = ("read", "decode", "baseline", "pipeline", "h2d"), *,
+              progress: bool = False) -> list[Row]:
+    """Run the suites on every source; rows come back in a stable order (source, then suite).
+    `progress`: one bar over every timed run, naming the one running."""
     unknown = set(suites) - set(SUITES)
     if unknown:
         raise ValueError(f"unknown suites {sorted(unknown)}; choose from {sorted(SUITES)}")
@@ -27,11 +30,16 @@ def run_bench(sources: list[str | Path], options: BenchOptions = BenchOptions(),
         for suite in suites:
             cases += SUITES[suite](redact(source), ds, options, device)  # rows, logs and JSON show no secret
     results: dict[int, list[tuple[float, float]]] = {id(c): [] for c in cases}
-    for repeat in range(options.repeats):  # round-robin: drift on a shared machine hits every row alike
-        for case in cases:
-            if case.run is not None:
-                log.info("bench repeat %d/%d: %s %s %s", repeat + 1, options.repeats, case.data, case.suite, case.backend)
+    runnable = [c for c in cases if c.run is not None]
+    with tqdm(total=options.repeats * len(runnable), desc="bench", unit="run", disable=not progress) as bar:
+        for repeat in range(options.repeats):  # round-robin: drift on a shared machine hits every row alike
+            for case in runnable:
+                bar.set_postfix_str(f"repeat {repeat + 1}/{options.repeats}: {Path(case.data).name} {case.suite} "
+                                    f"{case.backend}", refresh=False)
+                log.debug("bench repeat %d/%d: %s %s %s", repeat + 1, options.repeats, case.data, case.suite,
+                          case.backend)
                 results[id(case)].append(case.run(repeat))
+                bar.update(1)
     return [case.row(results[id(case)], options) for case in cases]
 
 
