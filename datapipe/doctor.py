@@ -86,8 +86,9 @@ def machine_info() -> dict[str, Any]:
 
 def _gpu_checks() -> list[Check]:
     if not torch.cuda.is_available():
-        return [Check("gpu", None, "info", "no CUDA GPU visible: datapipe runs its CPU path (the dataloader "
-                                           "backend); check the driver and CUDA_VISIBLE_DEVICES if you expected one")]
+        return [Check("gpu", None, "info", "no CUDA GPU visible: datapipe runs its CPU path (the threads "
+                                           "backend; dataloader for remote data); check the driver and "
+                                           "CUDA_VISIBLE_DEVICES if you expected one")]
     checks = []
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)
