@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 import torch
+from PIL import Image
 
 from ..formats.base import Dataset, PerProcess
 from ..sharding import EpochPlan, ShardPlan
@@ -174,7 +175,10 @@ class ThreadLoader(Loader):
         return DecodedRecords(thread_view(self.dataset), self.options)
 
     def _prime(self) -> None:
-        """Open this process's shared handles (LMDB's one environment per path) before threads race to."""
+        """Open this process's shared handles (LMDB's one environment per path) before threads race to,
+        and import Pillow's plugins here (it imports them on first use): a fork while a decode thread
+        holds the import lock would leave the child's lock held (Python 3.11)."""
+        Image.init()
         if len(self.dataset):
             try:
                 self.dataset[0]
