@@ -33,8 +33,13 @@ class WorkerDied(ExpectedError, RuntimeError):
     the epoch cannot go on. The message names the backend, the process and what to change."""
 
 
+UNKNOWN_EXIT = -(1 << 16)  # a process ended whose exit status another waiter collected
+
+
 def exit_description(exitcode: int) -> str:
     """A process's exit code in words: 'killed by SIGKILL', 'exited with code 1'."""
+    if exitcode == UNKNOWN_EXIT:
+        return "ended unexpectedly (its exit status went to another waiter)"
     if exitcode < 0:
         try:
             return f"killed by {signal.Signals(-exitcode).name}"

@@ -11,6 +11,7 @@ by themselves and stop at a bad file, so they are not used.
 from __future__ import annotations
 
 import logging
+import multiprocessing.connection
 import os
 import shutil
 import signal
@@ -24,7 +25,7 @@ import torch
 from ...formats.base import Dataset
 from ...sharding import EpochPlan, ShardPlan
 from ..base import BadSample, Batch, Loader, LoaderOptions, record_path
-from ..deaths import WorkerDied, exit_description, worker_died
+from ..deaths import UNKNOWN_EXIT, WorkerDied, exit_description, worker_died
 from .graph import build_pipeline
 from .source import EpochTable, PlannedSource, ViewSettings
 
@@ -48,13 +49,36 @@ def require_dali():
     return nvidia.dali
 
 
+JOIN_DYING_S = 5.0  # a killed worker's threads end within milliseconds; its exit code is waited for this long
+
+
 def source_worker_exits(pipe) -> list[tuple[int, int | None]]:
     """(pid, exit code or None while it runs) of a built pipeline's parallel external_source workers.
     DALI has no public call for their processes: this reads its pool (2.x: Pipeline._py_pool, a
     WorkerPool whose ProcPool keeps multiprocessing Processes) and finds none if that changes."""
     pool = getattr(getattr(pipe, "_py_pool", None), "pool", None)
     processes = getattr(pool, "_processes", None) or []
-    return [(p.pid, p.exitcode) for p in processes if p.pid is not None]
+    return [(p.pid, _exit_code(p)) for p in processes if p.pid is not None]
+
+
+def _exit_code(process) -> int | None:
+    """A worker's exit code, None while it runs. Asking DALI for work while a worker is dead or
+    dying waits forever (multiprocessing's Condition.notify), so dying counts: a killed worker's
+    main thread is a zombie at once while its other threads still exit, and only then does its
+    sentinel say so. DALI's observer thread may reap it first: the code is then taken from there."""
+    if not (multiprocessing.connection.wait([process.sentinel], timeout=0) or _dying(process.pid)):
+        return None
+    process.join(JOIN_DYING_S)
+    return process.exitcode if process.exitcode is not None else UNKNOWN_EXIT
+
+
+def _dying(pid: int) -> bool:
+    """Its main thread has exited (a zombie) while other threads may still run (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 class DaliLoader(Loader):
