@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,18 +38,32 @@ def shared_env(path: str, inode: int) -> lmdb.Environment:
     py-lmdb refuses a second open of one path in a process, and a forked child inherits the parent's
     open environments (unusable there): so one environment per path per process, and the inherited one
     is closed before the child opens its own (lock=False: no reader slot or lock is shared). A dataset
-    replaced on disk (another inode) gets a fresh environment too.
+    replaced on disk (another inode) gets a fresh environment too. Threads that open the same path
+    at once (the threads backend, a thread-pool loader) take turns, so only one opens it.
     """
-    pid = os.getpid()
     entry = _ENVS.get(path)
-    if entry is not None and entry[:2] == (pid, inode):
+    if entry is not None and entry[:2] == (os.getpid(), inode):
         return entry[2]
-    if entry is not None:
-        entry[2].close()
-    env = lmdb.open(path, readonly=True, lock=False, readahead=False, meminit=False,
-                    max_readers=_MAX_READERS, subdir=True)
-    _ENVS[path] = (pid, inode, env)
-    return env
+    with _OPENING:
+        entry = _ENVS.get(path)
+        if entry is not None and entry[:2] == (os.getpid(), inode):
+            return entry[2]
+        if entry is not None:
+            entry[2].close()
+        env = lmdb.open(path, readonly=True, lock=False, readahead=False, meminit=False,
+                        max_readers=_MAX_READERS, subdir=True)
+        _ENVS[path] = (os.getpid(), inode, env)
+        return env
+
+
+def _new_opening_lock() -> None:
+    """A forked child gets a free lock (another thread may have held the parent's at the fork)."""
+    global _OPENING
+    _OPENING = threading.Lock()
+
+
+_OPENING = threading.Lock()
+os.register_at_fork(after_in_child=_new_opening_lock)
 
 
 class LmdbDataset(Dataset):
