@@ -32,9 +32,13 @@ class Location:
     def describe(self, name: str = "") -> str:
         return str(self.root / name) if name else str(self.root)
 
+    def checked(self, name: str) -> str:
+        """`name`, a name the dataset gave, refused unless it stays inside the dataset (datapipe.names)."""
+        return check_name(name, f"{self.describe()}: file name")
+
     def file(self, name: str) -> Path:
-        """The path of `name`, a name the dataset gave: refused unless it stays inside (datapipe.names)."""
-        return self.root / check_name(name, f"{self.describe()}: file name")
+        """The local path of `name` (checked)."""
+        return self.root / self.checked(name)
 
     def read_bytes(self, name: str) -> bytes:
         return self.file(name).read_bytes()
@@ -62,11 +66,11 @@ class RemoteLocation(Location):
         return self.store.describe(name)
 
     def read_bytes(self, name: str) -> bytes:
-        return self.store.read(check_name(name, f"{self.describe()}: file name"))
+        return self.store.read(self.checked(name))
 
     def open(self, name: str, *, size: int | None = None, sha256: str | None = None) -> int:
         """A descriptor of the cached copy (downloaded first if need be), pinned until closed."""
-        return self.cache.open(check_name(name, f"{self.describe()}: file name"), size=size, sha256=sha256)
+        return self.cache.open(self.checked(name), size=size, sha256=sha256)
 
     def prefetch(self, items: list[tuple[str, int | None, str | None]]) -> None:
         self.cache.prefetch(items)
