@@ -7,6 +7,8 @@
  * decode_region(data, scale_denom, left, top, width, height, out) writes height x width x 3 RGB
  * bytes, rows packed, to the start of `out`, which must hold region_buffer_size(width, height)
  * bytes (scratch room for the margin). Coordinates are in the image scaled by 1/scale_denom.
+ * A CMYK or YCCK JPEG is decoded to CMYK and turned into RGB as Pillow does (Pillow reads a JPEG's
+ * CMYK as Adobe-inverted, "CMYK;I", then converts: cmyk_row_to_rgb; tests compare with Pillow).
  * A libjpeg error raises ValueError. Its warnings (corrupt entropy data, which libjpeg decodes
  * past) are ignored, as Pillow ignores them, and so is a missing end: the rows below the region are
  * never read, so the caller checks for the EOI marker (datapipe.transforms.region_decoding). The GIL
@@ -46,6 +48,31 @@ static Py_ssize_t buffer_size(int width, int height) {
     return (Py_ssize_t)height * ((Py_ssize_t)width + 2 * MARGIN + ALIGN_SLACK) * 3; /* no int overflow */
 }
 
+/* Pillow's CMYK -> RGB (Convert.c cmyk2rgb) applied to libjpeg's raw CMYK, which Pillow inverts
+ * first: with c = 255 - raw c and nk = 255 - k = raw k, each channel is nk - c * nk / 255, rounded
+ * as Pillow's MULDIV255. */
+static void cmyk_row_to_rgb(const unsigned char *in, unsigned char *out, JDIMENSION width) {
+    for (JDIMENSION x = 0; x < width; x++, in += 4, out += 3) {
+        int nk = in[3];
+        for (int i = 0; i < 3; i++) {
+            int tmp = (255 - in[i]) * nk + 128;
+            int v = nk - (((tmp >> 8) + tmp) >> 8);
+            out[i] = (unsigned char)(v < 0 ? 0 : v);
+        }
+    }
+}
+
+/* Up to `want` rows from scanline `done` on into the RGB strip at `out` (stride bytes a row), through
+ * `cmyk` scratch rows when the JPEG is CMYK. */
+static void read_rows(struct jpeg_decompress_struct *cinfo, JSAMPARRAY cmyk, unsigned char *out, size_t stride,
+                      int done, int want) {
+    JSAMPROW rows[ROWS_PER_CALL];
+    for (int i = 0; i < want; i++) rows[i] = cmyk ? cmyk[i] : out + (size_t)(done + i) * stride;
+    JDIMENSION got = jpeg_read_scanlines(cinfo, rows, (JDIMENSION)want);
+    for (JDIMENSION i = 0; cmyk && i < got; i++)
+        cmyk_row_to_rgb(cmyk[i], out + (size_t)(done + (int)i) * stride, cinfo->output_width);
+}
+
 /* The region's rows, packed; NULL on success, else the reason. Runs without the GIL. */
 static const char *decode(struct jpeg_decompress_struct *cinfo, ErrorTrap *trap, const Py_buffer *src,
                           int denom, int left, int top, int width, int height, unsigned char *out) {
@@ -53,7 +80,8 @@ static const char *decode(struct jpeg_decompress_struct *cinfo, ErrorTrap *trap,
     jpeg_create_decompress(cinfo); /* may fail too (a header/library version mismatch) */
     jpeg_mem_src(cinfo, (const unsigned char *)src->buf, (unsigned long)src->len);
     jpeg_read_header(cinfo, TRUE);
-    cinfo->out_color_space = JCS_RGB;
+    int is_cmyk = cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK;
+    cinfo->out_color_space = is_cmyk ? JCS_CMYK : JCS_RGB;
     cinfo->scale_num = 1;
     cinfo->scale_denom = denom;
     cinfo->dct_method = JDCT_ISLOW;
@@ -70,12 +98,13 @@ static const char *decode(struct jpeg_decompress_struct *cinfo, ErrorTrap *trap,
     if (stride > (size_t)(width + 2 * MARGIN + ALIGN_SLACK) * 3) return "iMCU wider than the buffer slack";
     if (top > 0) jpeg_skip_scanlines(cinfo, (JDIMENSION)top);
 
-    JSAMPROW rows[ROWS_PER_CALL];
+    JSAMPARRAY cmyk = NULL; /* freed with the decompressor (jpeg_destroy), also after an error */
+    if (is_cmyk)
+        cmyk = (*cinfo->mem->alloc_sarray)((j_common_ptr)cinfo, JPOOL_IMAGE, strip_width * 4, ROWS_PER_CALL);
     while ((int)cinfo->output_scanline < top + height) {
         int done = (int)cinfo->output_scanline - top, want = top + height - (int)cinfo->output_scanline;
         if (want > ROWS_PER_CALL) want = ROWS_PER_CALL;
-        for (int i = 0; i < want; i++) rows[i] = out + (size_t)(done + i) * stride;
-        jpeg_read_scanlines(cinfo, rows, (JDIMENSION)want);
+        read_rows(cinfo, cmyk, out, stride, done, want);
     }
     size_t shift = (size_t)(left - (int)strip_left) * 3;
     if (stride != row_bytes || shift)

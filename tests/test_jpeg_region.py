@@ -52,6 +52,28 @@ JPEGS = {
 }
 
 
+def encode_cmyk(size=(203, 151), seed=7, orientation=1) -> bytes:
+    """A CMYK JPEG (Pillow writes Adobe's inverted CMYK) whose K varies, so Pillow's CMYK -> RGB
+    rule shows; with an EXIF orientation when asked."""
+    w, h = size
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w]
+    cmyk = np.stack([x * 255 // w, y * 255 // h, (x + y) * 255 // (w + h), (w - x) * 200 // w], -1)
+    cmyk = (cmyk + rng.integers(0, 50, (h, w, 4))).clip(0, 255).astype(np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    buf = io.BytesIO()
+    Image.fromarray(cmyk, "CMYK").save(buf, "JPEG", quality=90, exif=exif.tobytes())
+    return buf.getvalue()
+
+
+CMYK_JPEGS = {
+    "cmyk": encode_cmyk(),
+    "cmyk-rotated": encode_cmyk(size=(150, 97), seed=8, orientation=6),
+    "cmyk-fixture": (IMAGEFOLDER / "train" / "cat" / "cmyk.jpg").read_bytes(),
+}
+
+
 def whole(data: bytes, factor: int) -> np.ndarray:
     h, w, _, _ = simplejpeg.decode_jpeg_header(data)
     shrink = dict(min_width=math.ceil(w / factor), min_height=math.ceil(h / factor)) if factor > 1 else {}
@@ -82,6 +104,26 @@ def regions(width: int, height: int, rng: random.Random):
 def test_region_equals_the_whole_decode_cut_to_it(name, factor):
     data = JPEGS[name]
     full = whole(data, factor)
+    rng = random.Random(f"{name}{factor}")
+    for left, top, w, h in regions(full.shape[1], full.shape[0], rng):
+        got = region(data, factor, left, top, w, h)
+        want = full[top:top + h, left:left + w]
+        assert np.array_equal(got, want), f"{name} 1/{factor} region {(left, top, w, h)}: " \
+                                          f"max diff {np.abs(got.astype(int) - want).max()}"
+
+
+@needs_region
+@pytest.mark.parametrize("name", sorted(CMYK_JPEGS))
+@pytest.mark.parametrize("factor", [1, 2, 4, 8])
+def test_a_cmyk_region_equals_pillows_rgb_cut_to_it(name, factor):
+    """Pillow's pixels (its libjpeg, its Adobe inversion, its CMYK -> RGB) at the same DCT scale."""
+    data = CMYK_JPEGS[name]
+    img = Image.open(io.BytesIO(data))
+    assert img.mode == "CMYK"
+    width, height = img.size
+    img.draft("CMYK", (max(1, width // factor), max(1, height // factor)))
+    full = np.asarray(img.convert("RGB"))
+    assert full.shape[:2] == (math.ceil(height / factor), math.ceil(width / factor))
     rng = random.Random(f"{name}{factor}")
     for left, top, w, h in regions(full.shape[1], full.shape[0], rng):
         got = region(data, factor, left, top, w, h)
@@ -133,10 +175,10 @@ def train_views(data: bytes, size: int) -> list[torch.Tensor]:
 
 
 @needs_region
-@pytest.mark.parametrize("name", sorted(JPEGS))
+@pytest.mark.parametrize("name", sorted(JPEGS) + sorted(CMYK_JPEGS))
 @pytest.mark.parametrize("size", [224, 32])  # 224: mostly full scale; 32: DCT-scaled crops
 def test_train_view_is_the_same_with_and_without_the_region_decoder(name, size, request, region_on):
-    data = JPEGS[name]
+    data = {**JPEGS, **CMYK_JPEGS}[name]
     assert transforms.region_decoding(data)
     with_region = train_views(data, size)
     request.getfixturevalue("region_off")

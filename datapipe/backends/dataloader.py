@@ -11,7 +11,8 @@ from ..formats.base import Dataset
 from ..sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan
 from ..storage.isolate import forks_nothing
 from ..transforms import decode_view, sample_rng
-from .base import BadSample, Batch, Loader, LoaderOptions, Normalizer, serve_or_substitute
+from .base import BadSample, Batch, Loader, LoaderOptions, serve_or_substitute
+from .normalize import Normalizer
 from .deaths import DEFERRED, WorkerDied, torch_worker_died
 
 log = logging.getLogger(__name__)

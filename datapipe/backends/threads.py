@@ -1,11 +1,15 @@
 """Thread backend: decode + augment in threads of the rank process (libjpeg-turbo, the region decoder,
-Pillow and torch's resize release the GIL), written straight into a small ring of preallocated uint8
-batch buffers (pinned for CUDA), normalized on the consumer's side. No worker processes, no pickling,
-no shared-memory hand-off: one memory image however large the index.
+Pillow and torch's resize release the GIL). No worker processes, no pickling, no shared-memory
+hand-off: one memory image however large the index.
 
-Buffer contract: the ring holds prefetch_factor + 1 buffers. A buffer is never handed to the caller:
-the normalizer reads it into a new tensor on the device, and the buffer is refilled only once that
-read is done (on CUDA, once an event recorded behind the copy has completed)."""
+Two ways to fill a batch (`ThreadLoader.fused`):
+- fused (a CPU device): each decode thread normalizes its sample straight into its row of a new
+  output batch, while the pixels are in its cache; the consumer only hands the batch over.
+- ring (a CUDA device): samples are written as uint8 into a small ring of preallocated batch buffers
+  (pinned), copied to the GPU and normalized there. The ring holds prefetch_factor + 1 buffers. A
+  buffer is never handed to the caller: the normalizer reads it into a new tensor on the device, and
+  the buffer is refilled only once that read is done (once an event recorded behind the copy has
+  completed)."""
 from __future__ import annotations
 
 import copy
@@ -20,8 +24,9 @@ from PIL import Image
 
 from ..formats.base import Dataset, PerProcess
 from ..sharding import EpochPlan, ShardPlan
-from .base import BadSample, Batch, Loader, LoaderOptions, Normalizer
+from .base import BadSample, Batch, Loader, LoaderOptions
 from .dataloader import DecodedRecords, EpochBatches
+from .normalize import Normalizer
 
 log = logging.getLogger(__name__)
 THREAD_PREFIX = "datapipe-decode"
@@ -62,12 +67,18 @@ class Slot:
             self._read = None
 
 
-class BatchJob:
-    """One batch being filled in a slot: each sample's label, served index and BadSample, the first
-    error raised, and an event set once every sample is done."""
+def copy_row(row: torch.Tensor, pixels: torch.Tensor) -> None:
+    row.copy_(pixels)
 
-    def __init__(self, slot: Slot, items: list[Item]) -> None:
-        self.slot, self.items = slot, items
+
+class BatchJob:
+    """One batch being filled: its images (a ring slot's buffer, or a new output batch when there is
+    no slot) and how a sample is written there; each sample's label, served index and BadSample, the
+    first error raised, and an event set once every sample is done."""
+
+    def __init__(self, images: torch.Tensor, write: Callable[[torch.Tensor, torch.Tensor], None],
+                 items: list[Item], slot: Slot | None = None) -> None:
+        self.images, self.write, self.slot, self.items = images, write, slot, items
         size = len(items)
         self.labels, self.served = [0] * size, [0] * size
         self.bad: list[BadSample | None] = [None] * size
@@ -79,7 +90,7 @@ class BatchJob:
         """Decode sample k into its row of the buffer (run by a decode thread)."""
         try:
             pixels, self.labels[k], self.served[k], self.bad[k] = records[self.items[k]]
-            self.slot.images[k].copy_(pixels)
+            self.write(self.images[k], pixels)
         except BaseException as exc:  # everything reaches the consumer, which raises it
             exc.add_note(f"(in thread {threading.current_thread().name}, serving record {self.items[k][1]})")
             self.error = self.error or exc
@@ -89,12 +100,19 @@ class BatchJob:
                 self.done.set()
 
     def host_batch(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(uint8 images, a view of the slot; labels; served indices) once done."""
-        return (self.slot.images[:len(self.items)], torch.tensor(self.labels, dtype=torch.int64),
+        """(images, a view of the slot's buffer or the whole output batch; labels; served indices)
+        once done."""
+        return (self.images[:len(self.items)], torch.tensor(self.labels, dtype=torch.int64),
                 torch.tensor(self.served, dtype=torch.int64))
 
 
 def _decode_loop(tasks: queue.SimpleQueue, stop: threading.Event, make_records: Callable[[], DecodedRecords]) -> None:
+    # Each decode thread is one core's worth of work: torch ops run here (the flip, the copy into the
+    # batch, the normalize) would otherwise each start an OpenMP team whose threads spin on the cores
+    # the other decode threads need (measured: 2.3x the CPU for those ops). This sets the calling
+    # thread's OpenMP setting, and torch's default for threads started meanwhile (DecodePool.close
+    # puts that back).
+    torch.set_num_threads(1)
     records = make_records()
     while True:
         task = tasks.get()
@@ -109,6 +127,7 @@ class DecodePool:
     of submitted batches from one queue. `close()` stops and joins them."""
 
     def __init__(self, workers: int, make_records: Callable[[], DecodedRecords]) -> None:
+        self.torch_threads = torch.get_num_threads()  # the caller's, put back as the default by close()
         self.tasks: queue.SimpleQueue = queue.SimpleQueue()
         self.stop = threading.Event()
         self.inline = make_records() if workers == 0 else None  # num_workers=0: decode in the caller
@@ -118,7 +137,8 @@ class DecodePool:
             thread.start()
 
     def submit(self, job: BatchJob) -> None:
-        job.slot.wait_free()
+        if job.slot is not None:
+            job.slot.wait_free()
         for k in range(len(job.items)):
             if self.inline is not None:
                 job.fill(self.inline, k)
@@ -143,11 +163,13 @@ class DecodePool:
             thread.join(JOIN_TIMEOUT_S)
             if thread.is_alive():
                 log.warning("%s did not stop within %.0f s of the iteration's end", thread.name, JOIN_TIMEOUT_S)
+        torch.set_num_threads(self.torch_threads)  # the caller's own setting: unchanged by this call
         return not any(thread.is_alive() for thread in self.threads)
 
 
 class ThreadLoader(Loader):
-    """Decode threads fill a ring of uint8 batch buffers, prefetch_factor batches ahead, in order."""
+    """Decode threads fill batches prefetch_factor ahead, in order: normalized rows of new output
+    batches on a CPU device (fused), else a ring of uint8 buffers normalized on the device."""
 
     backend = "threads"
 
@@ -161,12 +183,15 @@ class ThreadLoader(Loader):
         self.device = options.torch_device
         self.batch_plan = EpochBatches(plan)
         self.normalize = Normalizer(self.device, options.dtype, options.channels_last)
+        self.fused = self.device.type == "cpu"
         self._ring: list[Slot] | None = None  # kept between iterations (pinned memory is slow to allocate)
 
     def _take_ring(self) -> deque[Slot]:
         """The ring of prefetch_factor + 1 buffers: the kept one, or a new one when an iteration that
         was not closed still holds it."""
         o, ring, self._ring = self.options, self._ring, None
+        if self.fused:
+            return deque()
         pin = o.pinned and torch.cuda.is_available()
         return deque(ring or [Slot(o.batch_size, o.image_size, pin=pin, device=self.device)
                               for _ in range(o.prefetch_factor + 1)])
@@ -196,7 +221,7 @@ class ThreadLoader(Loader):
 
         def top_up() -> None:  # prefetch_factor batches decoding while the caller holds one
             while len(pending) < o.prefetch_factor and (items := next(batches, None)) is not None:
-                pending.append(BatchJob(free.popleft(), items))
+                pending.append(self._job(items, free))
                 pool.submit(pending[-1])
 
         try:
@@ -209,9 +234,19 @@ class ThreadLoader(Loader):
             if pool.close():  # no thread writes into the ring any more: the next iteration may reuse it
                 self._ring = list(ring)
 
+    def _job(self, items: list[Item], free: deque[Slot]) -> BatchJob:
+        """A batch to fill: fused, a new output batch that the threads normalize into; else the next
+        free slot of the ring."""
+        if self.fused:
+            return BatchJob(self.normalize.empty(len(items), self.options.image_size), self.normalize.sample_into, items)
+        slot = free.popleft()
+        return BatchJob(slot.images, copy_row, items, slot)
+
     def _hand_over(self, job: BatchJob, free: deque[Slot]) -> Batch:
-        """The finished job as a device batch; its slot goes back to the ring once read."""
+        """The finished job as a device batch; its slot, if any, goes back to the ring once read."""
         self.count_bad([b for b in job.bad if b is not None])
+        if job.slot is None:
+            return Batch(*job.host_batch())
         batch = self.normalize.batch(*job.host_batch())
         job.slot.read_queued()
         free.append(job.slot)

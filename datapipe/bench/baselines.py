@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ..backends.base import IMAGENET_MEAN, IMAGENET_STD
+from ..backends.normalize import IMAGENET_MEAN, IMAGENET_STD
 from ..formats.base import Dataset
 from ..transforms import RATIO, SCALE, random_resized_crop
 

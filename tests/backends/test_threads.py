@@ -32,6 +32,9 @@ class SlowNormalizer:
         time.sleep(0.02)
         return self.normalize.batch(*host)
 
+    def __getattr__(self, name):  # empty, sample_into: the fused path's
+        return getattr(self.normalize, name)
+
 
 def kept_batches(loader, epoch):
     """Every batch of an epoch, all kept until the end: (indices in order, {index: image})."""
@@ -42,15 +45,18 @@ def kept_batches(loader, epoch):
         i: img for images, _, idx in batches for i, img in zip(idx.tolist(), images)}
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "ring"])
 @pytest.mark.parametrize("train", [True, False])
 @pytest.mark.parametrize("prefetch_factor", [1, 3])
-def test_batches_equal_the_dataloader_backends_in_order_and_pixel_for_pixel(packed_lmdb, train, prefetch_factor):
+def test_batches_equal_the_dataloader_backends_in_order_and_pixel_for_pixel(packed_lmdb, train, prefetch_factor, fused):
     """The same records, order and views (same sample_rng), every batch kept to the end: a buffer
-    refilled while it is read or handed out, a batch served out of order or a view drawn another
-    way would show here."""
+    refilled while it is read or handed out, a batch served out of order, a view drawn another way
+    or a sample normalized otherwise would show here. Both ways of filling a batch: fused (what a
+    CPU device gets) and the uint8 ring (what CUDA gets), run here on the CPU."""
     options = dict(TINY, train=train, prefetch_factor=prefetch_factor)
     threads = make_loader(packed_lmdb, backend="threads", rank=1, world_size=2, **options)
     threads.normalize = SlowNormalizer(threads.normalize)
+    threads.fused = fused
     processes = make_loader(packed_lmdb, backend="dataloader", rank=1, world_size=2, **{**options, "num_workers": 1})
     for epoch in (0, 1):
         order, images = kept_batches(threads, epoch)
@@ -113,3 +119,19 @@ def test_auto_picks_threads_for_a_local_dataset_and_processes_for_a_remote_one_s
     assert name == "dataloader" and "object store" in reason
     name, reason = choose_backend("auto", torch.device("cpu"))
     assert name == "threads" and "measured" in reason
+
+
+@pytest.mark.parametrize("dtype,channels_last", [(torch.float32, True), (torch.bfloat16, False), (torch.float16, True)])
+def test_fused_normalize_gives_the_dataloader_backends_values_in_every_dtype_and_layout(packed_lmdb, dtype, channels_last):
+    """Each decode thread normalizes its own sample on a CPU device: the same values, dtype and memory
+    format as the dataloader backend's whole-batch normalize."""
+    options = dict(TINY, dtype=dtype, channels_last=channels_last)
+    threads = make_loader(packed_lmdb, backend="threads", **options)
+    assert threads.fused
+    order, images = kept_batches(threads, 0)
+    expected_order, expected = kept_batches(make_loader(packed_lmdb, backend="dataloader", **options), 0)
+    assert order == expected_order
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    for i in order:
+        assert images[i].dtype == dtype and images[i][None].is_contiguous(memory_format=memory_format)
+        assert torch.equal(images[i], expected[i]), f"record {i} normalized otherwise"

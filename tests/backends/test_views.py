@@ -6,7 +6,7 @@ import torch
 
 from datapipe import make_loader
 from datapipe.backends import choose_backend
-from datapipe.backends.base import IMAGENET_STD
+from datapipe.backends.normalize import IMAGENET_STD
 
 STD = torch.tensor(IMAGENET_STD).view(3, 1, 1) * 255
 

@@ -5,7 +5,7 @@ dataloader backend computes it: no DALI random operator, so the augmentation of 
 (seed, epoch, record) only, never on the rank, the worker or a resume."""
 from __future__ import annotations
 
-from ..base import IMAGENET_MEAN, IMAGENET_STD
+from ..normalize import IMAGENET_MEAN, IMAGENET_STD
 
 
 def build_pipeline(source, *, batch_size: int, threads: int, py_workers: int, device_id: int | None,

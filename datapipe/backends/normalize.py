@@ -1,0 +1,86 @@
+"""uint8 images -> normalized images in the configured dtype and memory format: a whole batch on the
+device (the dataloader backend, the thread backend on CUDA), or one sample at a time into its row of a
+host batch (the thread backend on a CPU device: each decode thread normalizes its own sample while
+the pixels are still in its cache, so no pass over the whole batch remains for the consumer)."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import torch
+
+from .base import Batch
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def hugepage_empty(shape: torch.Size, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
+    """An uninitialised NCHW CPU tensor whose memory NumPy allocates: NumPy asks Linux for
+    transparent huge pages on arrays over 4 MB, so a fresh 38 MB float batch costs a few dozen page
+    faults instead of ~9,400, which made the CPU normalize 2.4x faster (16.3 -> 6.8 ms, measured)."""
+    n, c, h, w = shape
+    raw = torch.from_numpy(np.empty(n * c * h * w * dtype.itemsize, np.uint8)).view(dtype)
+    return raw.view(n, h, w, c).permute(0, 3, 1, 2) if channels_last else raw.view(n, c, h, w)
+
+
+_SCRATCH = threading.local()
+
+
+class Normalizer:
+    """uint8 NCHW (any device) -> normalized NCHW in the target dtype and memory format, on the device."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype, channels_last: bool) -> None:
+        self.device, self.dtype, self.channels_last = device, dtype, channels_last
+        std = torch.tensor(IMAGENET_STD, device=device)
+        self.scale = (1 / (std * 255)).view(1, 3, 1, 1)  # (x - 255 mean) / (255 std) = x * scale + bias
+        self.bias = (-torch.tensor(IMAGENET_MEAN, device=device) / std).view(1, 3, 1, 1)
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        if self.device.type != "cpu":
+            return self._normalize(images)
+        # On a CPU device the decode workers own the cores. This pass is memory-bound (one thread is
+        # as fast as two, measured), and a parallel one leaves OpenMP threads spinning afterwards.
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self._normalize(images)
+        finally:
+            torch.set_num_threads(threads)
+
+    def batch(self, images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor) -> Batch:
+        """A host batch (uint8 images) on the device: images normalized, labels moved, indices kept."""
+        return Batch(self(images), labels.to(self.device, non_blocking=True), indices)
+
+    def empty(self, count: int, image_size: int) -> torch.Tensor:
+        """An uninitialised batch of `count` images in the output dtype and format (on a CPU device,
+        for `sample_into` to fill)."""
+        return self._empty(torch.Size((count, 3, image_size, image_size)), self.dtype)
+
+    def sample_into(self, row: torch.Tensor, pixels: torch.Tensor) -> None:
+        """Normalize one uint8 CHW image into `row` (one image of an `empty` batch, host memory): the
+        same operations, in the same order, as `__call__` on a batch, so the same values. Safe to call
+        from several threads at once."""
+        if self.dtype == torch.float32:
+            row.copy_(pixels)
+            row.mul_(self.scale[0]).add_(self.bias[0])
+            return
+        scratch = getattr(_SCRATCH, "image", None)  # float32 first, as __call__ does, then the dtype
+        if scratch is None or scratch.shape != pixels.shape:
+            scratch = _SCRATCH.image = torch.empty(pixels.shape, dtype=torch.float32)
+        scratch.copy_(pixels)
+        row.copy_(scratch.mul_(self.scale[0]).add_(self.bias[0]))
+
+    def _empty(self, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+        if self.device.type == "cpu":
+            return hugepage_empty(shape, dtype, self.channels_last)
+        memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
+        return torch.empty(shape, dtype=dtype, device=self.device, memory_format=memory_format)
+
+    def _normalize(self, images: torch.Tensor) -> torch.Tensor:
+        out = self._empty(images.shape, torch.float32)
+        out.copy_(images.to(self.device, non_blocking=True))  # uint8 -> float (and layout) in one pass
+        out.mul_(self.scale).add_(self.bias)
+        if self.dtype == torch.float32:
+            return out
+        return self._empty(images.shape, self.dtype).copy_(out)
