@@ -17,6 +17,8 @@ from typing import BinaryIO
 
 from datapipe.decode import BadImageError
 
+from .members import ArchiveMember, MemberFile
+
 _REASONS = {errno.EACCES: "permission denied", errno.EPERM: "permission denied",
             errno.ELOOP: "symlink loop", errno.EISDIR: "a folder, not a file"}
 
@@ -40,7 +42,8 @@ def reading(path: str) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        reason = unreadable_reason(path, exc)
+        # an archive that cannot be read is the run's error, not each of its members' (converters.members)
+        reason = None if isinstance(path, ArchiveMember) else unreadable_reason(path, exc)
         if reason is None:
             raise OSError(exc.errno, exc.strerror or str(exc), path) from exc
         raise BadImageError(reason) from None
@@ -49,7 +52,10 @@ def reading(path: str) -> Iterator[None]:
 def open_input(path: str) -> BinaryIO:
     """The input `path` opened for reading, when it is a regular file. A FIFO, socket or device
     named like an image (or linked to as one) is a bad file: opened without blocking, never read
-    (a FIFO would block open() forever, /dev/zero would read forever). Call inside `reading`."""
+    (a FIFO would block open() forever, /dev/zero would read forever). Call inside `reading`.
+    An archive member (converters.members) opens its archive and reads only its byte range."""
+    if isinstance(path, ArchiveMember):
+        return MemberFile(open_input(path.archive), path)  # type: ignore[return-value]
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         mode = os.fstat(fd).st_mode

@@ -11,6 +11,7 @@ from pathlib import Path
 from datapipe.scan import FolderLayout, ImageFile, scan_folder, scan_labelled
 from datapipe.storage.urls import is_url, redact
 
+from .imagenet import scan_imagenet
 from .inputs import unreadable_reason
 
 
@@ -77,7 +78,7 @@ def plan_from_layout(layout: FolderLayout, *, shuffle_seed: int | None, url: str
                 continue
             total += size
             digest.update(f"{split}\0{f.relpath}\0{f.label}\0{size}\n".encode())
-            path = f"{url.rstrip('/')}/{f.relpath}" if url else str(f.path)
+            path = f"{url.rstrip('/')}/{f.relpath}" if url else os.fspath(f.path)  # keeps an ArchiveMember
             tasks.append(Task(split, path, f.relpath, f.key, f.label, size))
     digest.update("\0".join(layout.classes.classes).encode())
     return Plan(list(layout.classes.classes), tasks, skipped, total, digest.hexdigest())
@@ -86,7 +87,12 @@ def plan_from_layout(layout: FolderLayout, *, shuffle_seed: int | None, url: str
 def make_plan(src: str | Path, *, labels: str | Path | None = None, layout: str = "auto",
               split: str | None = None, shuffle_seed: int | None = None) -> Plan:
     """Scan `src` (ImageNet layout, or flat with a labels CSV; a folder or an object-store prefix)
-    and order what will be written."""
+    and order what will be written. A folder holding ImageNet's downloaded archives (or Kaggle's
+    ImageNet) is converted from them without extracting them (converters.imagenet)."""
+    if labels is None and layout == "auto" and not is_url(src):
+        download = scan_imagenet(src, split=split)
+        if download is not None:
+            return plan_from_layout(download, shuffle_seed=shuffle_seed)
     if labels is not None:
         if is_url(src):
             raise ValueError(f"--labels needs a local folder; {redact(str(src))} is a URL. Lay the objects out as "

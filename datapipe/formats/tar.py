@@ -171,18 +171,23 @@ def _member(header: bytes, size: int, pax: dict[str, bytes], longname: bytes | N
     return name, size, name_problem(name)
 
 
-def walk_tar(path: str) -> tuple[list[tuple[str, int, int]], list[str]]:
+def walk_tar(path: str, *, span: tuple[int, int] | None = None) -> tuple[list[tuple[str, int, int]], list[str]]:
     """The regular-file members of a tar from its headers alone: (name, data offset, size) each, and
-    the members skipped, each as 'byte N: reason'. A header that cannot be trusted is an error."""
+    the members skipped, each as 'byte N: reason'. A header that cannot be trusted is an error.
+    `span` (first byte, end byte): the tar stored in that range of the file, e.g. a member of an outer
+    tar (converters.imagenet); offsets stay the file's."""
     found, skipped = [], []
     pax_global: dict[str, bytes] = {}
     pax: dict[str, bytes] = {}
     longname: bytes | None = None
     fd = os.open(path, os.O_RDONLY)
     try:
-        end, offset, start = os.fstat(fd).st_size, 0, 0  # start: the member's first (extended) header
+        end, offset = os.fstat(fd).st_size, 0
+        if span is not None:
+            offset, end = span[0], min(span[1], end)
+        start = offset  # the member's first (extended) header
         while offset < end:
-            header = os.pread(fd, BLOCK, offset)
+            header = os.pread(fd, min(BLOCK, end - offset), offset)
             if len(header) < BLOCK:
                 raise damaged(path, offset, f"the file ends inside a tar header ({end} bytes)")
             if not header.strip(b"\0"):
