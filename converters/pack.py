@@ -251,18 +251,9 @@ def run_sharded(src: str | Path, target: Target, plan: Plan, spec: FormatSpec, o
                         resume=options.resume, progress=options.progress, fmt=spec.name, source=src)
 
 
-def convert(src: str | Path, dst: str | Path, options: ConvertOptions = ConvertOptions(), *,
-            engine: Engine | None = None) -> ConvertReport:
-    """Pack the image folder `src` into `dst` (format from its suffix or options.format); `dst` may be
-    an object-store URL (s3://, gs://, az://) for .wds. `engine` (.wds only) overrides the one
-    `options.engine` names, e.g. `RayEngine("auto", max_retries=5)`."""
-    if engine is not None and engine.name != options.engine:
-        options = replace(options, engine=engine.name)
-    if is_url(dst):
-        from .remote import convert_to_url
-
-        return convert_to_url(src, str(dst), options, engine)
-    src, dst = (str(src) if is_url(src) else Path(src)), Path(dst)
+def convert_local(src: str | Path, dst: Path, options: ConvertOptions, engine: Engine | None = None) -> ConvertReport:
+    """Pack `src` into the local path `dst` (converters.convert.convert picks this for a local `dst`)."""
+    src = str(src) if is_url(src) else Path(src)
     spec = format_for(dst, options.format)
     staging = staging_path(dst)
     _check_destination(src, dst, staging, options)

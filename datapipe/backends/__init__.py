@@ -51,8 +51,8 @@ def _loader_class(name: str) -> type[Loader]:
     if name == "prefetch":
         from .prefetch import PrefetchLoader
         return PrefetchLoader
-    from .dataloader import DataLoaderLoader
-    return DataLoaderLoader
+    from .dataloader import ProcessLoader
+    return ProcessLoader
 
 
 def shards_held(options: LoaderOptions, shard_samples: list[int], mix_shards: int) -> int:

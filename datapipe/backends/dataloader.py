@@ -88,8 +88,9 @@ def _seed_worker(worker_id: int) -> None:
     np.random.seed(seed)
 
 
-class DataLoaderLoader(Loader):
-    """Pinned-memory multi-worker DataLoader; uint8 crosses to the device, float work happens there."""
+class ProcessLoader(Loader):
+    """The `dataloader` backend: torch's DataLoader with worker processes and pinned memory; uint8
+    crosses to the device, float work happens there."""
 
     backend = "dataloader"
 

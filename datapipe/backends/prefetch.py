@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import torch
 
 from .base import Batch
-from .dataloader import DataLoaderLoader
+from .dataloader import ProcessLoader
 
 
-class PrefetchLoader(DataLoaderLoader):
+class PrefetchLoader(ProcessLoader):
     """The dataloader backend plus one batch of look-ahead on the device."""
 
     backend = "prefetch"
