@@ -221,6 +221,7 @@ def loader_rows(inputs: dict[str, Path], peers_python: str) -> dict[str, tuple[s
             "load: datapipe dataloader, .wds": (me, "load_datapipe", str(inputs["wds"]))}
     if "threads" in BACKENDS:
         rows["load: datapipe threads, LMDB"] = (me, "load_datapipe_threads", str(inputs["lmdb"]))
+        rows["load: datapipe threads, .wds"] = (me, "load_datapipe_threads", str(inputs["wds"]))
     rows[CEILING] = (me, "ceiling", str(inputs["lmdb"]))
     return rows
 
@@ -328,15 +329,15 @@ def print_table(results: dict[str, list[dict]]) -> None:
 def print_profile(profile: dict, results: dict[str, list[dict]]) -> None:
     """Where datapipe's LMDB row goes beyond the ceiling: one core's ms per image, part by part."""
     one_core = statistics.median(r["one_core"] for r in results[CEILING])
-    row = results["load: datapipe dataloader, LMDB"]
+    row = results["load: datapipe threads, LMDB"]
     cpu_ms = statistics.median(r["cpu_s_per_1k"] for r in row)
-    print(f"\ndatapipe dataloader, LMDB: {cpu_ms:.2f} CPU-ms per image over all its processes; the ceiling's work "
-          f"alone {1e3 / one_core:.2f} ms. In one process (num_workers=0; split by cProfile), "
+    print(f"\ndatapipe threads, LMDB: {cpu_ms:.2f} CPU-ms per image; the ceiling's work "
+          f"alone {1e3 / one_core:.2f} ms. In one thread (num_workers=0; split by cProfile), "
           f"{profile['cpu_ms_per_image']:.2f} CPU-ms per image:")
     for part, ms in profile["ms_per_image"].items():
         print(f"  {part:<40} {ms:6.2f} ms")
-    print(f"  {'workers, IPC, pickling, main process':<40} {cpu_ms - profile['cpu_ms_per_image']:6.2f} ms "
-          f"(the row's CPU-ms per image less the one-process figure)")
+    print(f"  {'threads: hand-offs, GIL, consumer':<40} {cpu_ms - profile['cpu_ms_per_image']:6.2f} ms "
+          f"(the row's CPU-ms per image less the one-thread figure)")
 
 
 if __name__ == "__main__":

@@ -292,11 +292,11 @@ def litdata_sample(item: tuple[str, int]) -> dict:
 
 
 def profile_datapipe(path: str, workers: int, epochs: int) -> dict:
-    """Where datapipe's row spends its time beyond the ceiling's work, in one process: cProfile of
-    the `dataloader` backend with num_workers=0: after a warm-up epoch, one epoch's CPU time
-    (process_time) plain, then one profiled epoch split into decode_view (the ceiling's work), the
-    record read, collation, normalization and the rest (per-sample Python: sampler, substitution
-    policy, batching), scaled to the plain epoch's CPU time."""
+    """Where datapipe's row spends its time beyond the ceiling's work, in one thread: cProfile of
+    the `threads` backend with num_workers=0 (the decode threads' work, done in the caller): after a
+    warm-up epoch, one epoch's CPU time (process_time) plain, then one profiled epoch split into
+    decode_view (the ceiling's work), the record read, normalization and the rest (per-sample
+    Python: sampler, substitution policy, batching), scaled to the plain epoch's CPU time."""
     import cProfile
     import pstats
 
@@ -305,7 +305,7 @@ def profile_datapipe(path: str, workers: int, epochs: int) -> dict:
     from datapipe import make_loader
 
     torch.set_num_threads(1)  # one core, as in a worker (and no OpenMP spinning in the CPU time)
-    loader = make_loader(path, backend="dataloader", batch_size=BATCH, image_size=SIZE, num_workers=0)
+    loader = make_loader(path, backend="threads", batch_size=BATCH, image_size=SIZE, num_workers=0)
     for _ in loader:
         pass
     loader.set_epoch(1)
@@ -326,8 +326,7 @@ def profile_datapipe(path: str, workers: int, epochs: int) -> dict:
 
     parts = {"decode_view (ceiling work)": cumulative("decode_view", "transforms.py"),
              "record read": cumulative("__getitem__", "formats"),
-             "collate (stack into shared memory)": cumulative("collate", "backends/dataloader.py"),
-             "normalize (uint8 -> float)": cumulative("__call__", "backends/base.py")}
+             "normalize (uint8 -> float, per sample)": cumulative("sample_into", "backends/normalize.py")}
     parts = {k: v * scale for k, v in parts.items()}
     parts["per-sample Python and the rest"] = cpu - sum(parts.values())
     return {"images": images, "ms_per_image": {k: 1e3 * v / images for k, v in parts.items()},
