@@ -15,7 +15,7 @@ import stat
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from datapipe.decode import BadImageError
+from datapipe.headers import BadImageError
 
 from .members import ArchiveMember, MemberFile
 

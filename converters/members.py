@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any, BinaryIO
 
-from datapipe.decode import BadImageError
+from datapipe.headers import BadImageError
 
 
 class ArchiveMember(str):

@@ -20,8 +20,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from datapipe.decode import AWKWARD, VALIDATION, BadImageError, check_image
+from datapipe.decode import AWKWARD, VALIDATION, check_image
 from datapipe.formats import FormatSpec, format_for, staging_path
+from datapipe.headers import BadImageError
 from datapipe.records import Manifest, Record, SplitInfo, record_digest
 from datapipe.resources import cpus_per_rank
 from datapipe.storage import RemoteStore, is_url, redact

@@ -1,6 +1,7 @@
 """What a conversion will write: every input file in write order, with its split, key and label."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import os
@@ -99,8 +100,20 @@ def make_plan(src: str | Path, *, labels: str | Path | None = None, layout: str 
                              "SPLIT/CLASS/* or CLASS/*, or copy them to a disk")
         scanned = scan_labelled(src, labels, split=split or "val")
     else:
-        scanned = scan_folder(src, layout=layout, split=split or "train")
+        scanned = only_split(scan_folder(src, layout=layout, split=split or "train"), split)
     return plan_from_layout(scanned, shuffle_seed=shuffle_seed, url=str(src) if is_url(src) else None)
+
+
+def only_split(scanned: FolderLayout, split: str | None) -> FolderLayout:
+    """`scanned` cut to the one split asked for (its labels still index the train split's classes);
+    all of it when none was asked for. A split the folder lacks is a ValueError naming those it has."""
+    if split is None or list(scanned.splits) == [split]:
+        return scanned
+    if split not in scanned.splits:
+        raise ValueError(f"--split {split!r}: {redact(str(scanned.root))} has the splits "
+                         f"{', '.join(sorted(scanned.splits))}; pick one of them, or leave --split out to convert all")
+    return dataclasses.replace(scanned, splits={split: scanned.splits[split]},
+                               skipped={split: scanned.skipped.get(split, [])})
 
 
 RECORD_OVERHEAD = 7 * 512  # a .wds sample's four tar headers and three small padded members

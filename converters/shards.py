@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from datapipe.decode import BadImageError, check_image
+from datapipe.decode import check_image
 from datapipe.formats.wds import ShardFile, idx_name, sample_starts
+from datapipe.headers import BadImageError
 from datapipe.records import Record, record_digest
 from datapipe.storage import RemoteStore, StoreNotFound, redact
 

@@ -13,7 +13,7 @@ from .records import ClassIndex, Manifest, Record, Sample, SplitNotFound
 
 __version__ = "0.1.0"
 _LAZY = {"make_loader": ".backends", "Batch": ".backends", "Loader": ".backends", "LoaderOptions": ".backends",
-         "BadSample": ".backends.base", "TooManyBadSamples": ".backends.base"}
+         "BadSample": ".backends.bad_samples", "TooManyBadSamples": ".backends.bad_samples"}
 __all__ = ["make_loader", "Batch", "Loader", "LoaderOptions", "BadSample", "TooManyBadSamples", "open_dataset",
            "read_manifest", "Sample", "Record", "SplitNotFound", "Manifest", "ClassIndex", "__version__"]
 

@@ -34,7 +34,8 @@ def _human(n: float) -> str:
 
 def _add_convert(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", help="pack an image folder into LMDB (.lmdb), HDF5 (.h5) or WebDataset (.wds)")
-    p.add_argument("src", help="image folder: SRC/CLASS/* or SRC/SPLIT/CLASS/*, or flat with --labels")
+    p.add_argument("src", help="image folder: SRC/CLASS/* or SRC/SPLIT/CLASS/*, or flat with --labels; or a folder "
+                   "holding ImageNet's downloaded archives, read without extracting them (docs/imagenet.md)")
     p.add_argument("dst", help="output: *.lmdb, *.h5/*.hdf5, or *.wds (a folder of shards)")
     p.add_argument("--format", choices=["lmdb", "hdf5", "wds"], help="override the format the suffix selects")
     p.add_argument("--workers", type=int, default=0, help="reader processes (default: all cores)")
@@ -56,7 +57,8 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--labels", metavar="CSV", help="flat folder: CSV of filename,class rows")
     p.add_argument("--layout", choices=["auto", "classes", "splits"], default="auto",
                    help="SRC/CLASS/* (classes) or SRC/SPLIT/CLASS/* (splits); auto looks for train/val")
-    p.add_argument("--split", help="split name for a single-split source (default train; val with --labels)")
+    p.add_argument("--split", help="split name for a single-split source (default train; val with --labels); "
+                   "ImageNet's archives: the one split to convert (train or val)")
     p.add_argument("--seed", type=int, default=0, help="seed of the WebDataset write-time shuffle")
     p.add_argument("--checkpoint-every", type=int, default=1000, metavar="N",
                    help="LMDB/HDF5: files between resumable checkpoints (default 1000; .wds resumes by shard)")
@@ -133,7 +135,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="measure read, decode and loader throughput against a naive baseline")
     p.add_argument("data", nargs="+", help="packed datasets, image folders or shard patterns")
     p.add_argument("--backends", default="threads,dataloader,prefetch,dali", help="comma-separated (default: all four)")
-    p.add_argument("--suites", default="read,decode,baseline,pipeline,h2d", help="comma-separated suites")
+    p.add_argument("--suites", default="read,decode,baseline,pipeline,h2d",
+                   help="comma-separated, of read,decode,baseline,pipeline,loader,h2d (default: all but loader, "
+                        "which times num_workers and prefetch_factor)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--seconds", type=float, default=10.0, help="timed seconds per repeat at most (default 10)")
@@ -154,6 +158,7 @@ def _run_bench(args: argparse.Namespace) -> int:
 
     from .bench import BenchOptions, run_bench
     from .bench.report import document, plot, table, write_json
+    from .bench.verdicts import verdict_table, verdicts
     from .doctor import machine_info
 
     options = BenchOptions(
@@ -161,17 +166,27 @@ def _run_bench(args: argparse.Namespace) -> int:
         image_size=args.image_size, seconds=args.seconds, repeats=args.repeats, warmup=args.warmup,
         workers=args.workers, simulate_step_ms=args.simulate_step, split=args.split, sampling=args.sampling,
         cache_dir=args.cache_dir, cache_limit=args.cache_limit)
-    rows = run_bench(args.data, options, suites=tuple(s for s in args.suites.split(",") if s),
-                     progress=sys.stderr.isatty())
+    quiet = logging.getLogger("datapipe")
+    level = quiet.level
+    if not args.verbose:  # no "backend (requested)" line per loader built: the progress bar is the only output
+        quiet.setLevel(logging.WARNING)
+    try:
+        rows = run_bench(args.data, options, suites=tuple(s for s in args.suites.split(",") if s),
+                         progress=sys.stderr.isatty())
+    finally:
+        quiet.setLevel(level)
+    found = verdicts(rows)
     machine = machine_info()
     print(table(rows))
+    print()
+    print(verdict_table(found))
     if args.json:
-        write_json(Path(args.json), document(rows, machine, vars(args) | {"run": None}))
+        write_json(Path(args.json), document(rows, machine, vars(args) | {"run": None}, found))
         print(f"wrote {args.json}")
     if args.plot:
         gpu = machine["gpu"]["name"] if machine["gpu"] else "no GPU"
         plot(Path(args.plot), rows, f"datapipe bench: {machine['cores']} cores, {gpu}, "
-                                    f"{args.image_size}px, batch {args.batch_size}")
+                                    f"{args.image_size}px, batch {args.batch_size}", found)
         print(f"wrote {args.plot}")
     return 0
 
@@ -247,11 +262,32 @@ def _run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_gpu_selftest(args: argparse.Namespace) -> int:
+    import os
+
+    from .doctor import machine_info
+    from .selftest import document, exit_status, gpu_absent, run_selftest, table
+
+    absent = gpu_absent()
+    if absent is not None:
+        print(json.dumps({"results": [], "message": absent, "exit_status": 0}) if args.json else absent)
+        return 0
+    results = run_selftest(args.data, env=os.environ,
+                           progress=(lambda name: print(f"checking {name} ...", file=sys.stderr)) if not args.json else None)
+    if args.json:
+        print(json.dumps(document(results, machine_info()), indent=2, default=str))
+    else:
+        print(table(results, "datapipe GPU self-test (docs/gpu.md)"))
+    return exit_status(results)
+
+
 def _run_doctor(args: argparse.Namespace) -> int:
     import os
 
     from .doctor import as_json, diagnose
 
+    if args.gpu:
+        return _run_gpu_selftest(args)
     checks = diagnose(args.data, os.environ)
     if args.json:
         print(json.dumps(as_json(checks), indent=2, default=str))
@@ -279,8 +315,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench(sub)
     _add_train(sub)
     p = sub.add_parser("doctor", help="check torch, CUDA, DALI, cores, pinned memory, disk and environment")
-    p.add_argument("data", nargs="?", help="a dataset path: also check its disk's free space and read speed")
+    p.add_argument("data", nargs="?", help="a dataset path: also check its disk's free space and read speed "
+                                           "(with --gpu: the records the self-test reads)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--gpu", action="store_true",
+                   help="run the GPU self-test instead: each GPU path against the CPU path on the same records "
+                        "(DALI decode, prefetcher, pinned copies, AMP, NCCL); exit status 1 on a mismatch")
     p.set_defaults(run=_run_doctor)
     return parser
 

@@ -19,20 +19,16 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from .exif import EXIF_ORIENTATION
+from .headers import BadImageError, image_ext, jpeg_scan_start
 from .jpeg_markers import skeleton
 from .orientation import upright_size
 
-EXIF_ORIENTATION = 0x0112
 PLAIN_MODES = ("RGB", "L")
 # modes whose original bytes every backend decodes by the rule (awkward="original")
 ORIGINAL_MODES = {"jpg": ("RGB", "L", "CMYK"), "png": ("RGB", "L", "P", "RGBA")}
 VALIDATION = ("decode", "fast")
 AWKWARD = ("original", "png")
-_MAGIC = ((b"\xff\xd8\xff", "jpg"), (b"\x89PNG\r\n\x1a\n", "png"))
-
-
-class BadImageError(ValueError):
-    """An input that is not a usable image; the message is the reason reported for it."""
 
 
 @dataclass(frozen=True)
@@ -44,14 +40,6 @@ class Checked:
     width: int
     height: int
     converted: str  # "" when the original bytes are stored, else why they were re-encoded
-
-
-def image_ext(data: bytes) -> str | None:
-    """'jpg' or 'png' from the magic bytes (not the file name), else None."""
-    for magic, ext in _MAGIC:
-        if data.startswith(magic):
-            return ext
-    return None
 
 
 def to_rgb(img: Image.Image) -> Image.Image:
@@ -114,23 +102,6 @@ def _encode(img: Image.Image, fmt: str, **params) -> bytes:
     out = io.BytesIO()
     img.save(out, fmt, **params)
     return out.getvalue()
-
-
-def jpeg_scan_start(data: bytes) -> int:
-    """Offset of the first SOS marker, found by walking the segments (so a thumbnail's EOI inside
-    APP1 is skipped); -1 when the header is malformed or has no scan."""
-    pos = 2
-    while pos + 4 <= len(data):
-        if data[pos] != 0xFF:
-            return -1
-        marker = data[pos + 1]
-        if marker == 0xDA:
-            return pos
-        if marker == 0xFF or 0xD0 <= marker <= 0xD8 or marker == 0x01:
-            pos += 1 if marker == 0xFF else 2
-            continue
-        pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
-    return -1
 
 
 def _check_jpeg_fast(data: bytes) -> None:

@@ -15,7 +15,9 @@ from typing import Any
 import torch
 
 from .backends import dali_installed
+from .bench.advice import machine_advice, measure_format
 from .resources import available_cpus, cgroup_cpu_limit, cpus_per_rank
+from .storage import is_url, redact
 from .transforms import region_decoder_available
 
 READ_PROBE_BYTES = 256 << 20
@@ -50,17 +52,71 @@ def dali_builds() -> list[str]:
                    if (d.metadata["Name"] or "").lower().startswith("nvidia-dali-cuda")})
 
 
+DALI_BUILDS = {"11": "nvidia-dali-cuda110", "12": "nvidia-dali-cuda120", "13": "nvidia-dali-cuda130"}
+SHM_PER_GPU = 1 << 30
+SHM_BATCH_BYTES = 256 * 224 * 224 * 3  # one uint8 batch of 256 images at 224 px, as DataLoader workers pass it
+
+
 def dali_build_check(builds: list[str], torch_cuda: str | None) -> Check:
-    """Whether the installed DALI build matches torch's CUDA major version (cu12 or cu13)."""
-    want = {"12": "nvidia-dali-cuda120", "13": "nvidia-dali-cuda130"}.get((torch_cuda or "").split(".")[0])
+    """Whether the installed DALI build matches torch's CUDA major version (cu11, cu12 or cu13)."""
+    from .backends.dali import pip_hint
+
     value = ", ".join(builds) or "none"
-    if want is None:
+    if not torch_cuda:
         return Check("dali_build", f"{value} (torch is a CPU build: DALI runs its CPU operators)", "info")
+    want = DALI_BUILDS.get(torch_cuda.split(".")[0])
+    if want is None:
+        return Check("dali_build", f"{value}; torch uses CUDA {torch_cuda}", "warn",
+                     f"DALI has no build for CUDA {torch_cuda}: install a torch for CUDA 12 or 13")
     if builds == [want]:
         return Check("dali_build", f"{value} matches torch's CUDA {torch_cuda}")
-    extra = "dali-cu13" if want.endswith("130") else "dali-cu12"
     return Check("dali_build", f"{value}; torch uses CUDA {torch_cuda}", "warn",
-                 f"install {want} (pip install 'datapipe[{extra}]') and uninstall other nvidia-dali-cuda* builds")
+                 f"{pip_hint(torch_cuda)}, and uninstall other nvidia-dali-cuda* builds")
+
+
+def video_capability_check(env: Mapping[str, str], *, nvcuvid: bool) -> Check:
+    """The driver's `video` capability: without it nvJPEG's hardware JPEG decoder (A100, H100...) is
+    unavailable and DALI silently decodes on CUDA cores. In a container the NVIDIA container toolkit
+    grants it through NVIDIA_DRIVER_CAPABILITIES, and then mounts libnvcuvid, the driver's video library."""
+    caps = env.get("NVIDIA_DRIVER_CAPABILITIES")
+    granted = caps is None or bool({"video", "all"} & {c.strip().lower() for c in caps.split(",")})
+    value = f"NVIDIA_DRIVER_CAPABILITIES={caps}" if caps is not None else "no container capabilities set"
+    value += "; libnvcuvid " + ("found" if nvcuvid else "not found")
+    if granted and nvcuvid:
+        return Check("video_capability", value)
+    return Check("video_capability", value, "warn",
+                 "without the video capability the hardware JPEG decoder silently falls back to CUDA cores: "
+                 "start the container with NVIDIA_DRIVER_CAPABILITIES=compute,utility,video (docker: --gpus "
+                 "'\"capabilities=compute,utility,video\"'); `datapipe doctor --gpu` tests the decoder itself")
+
+
+def nvcuvid_present() -> bool:
+    """Whether the driver's video library loads (the container's video capability mounts it)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("nvcuvid") or "libnvcuvid.so.1")
+        return True
+    except OSError:
+        return False
+
+
+def shm_check(total: int | None, *, gpus: int, workers: int, prefetch: int = 2) -> Check:
+    """/dev/shm holds DataLoader workers' batches (workers x prefetch per rank) and the encoded batches
+    of DALI's parallel source: warn under 1 GiB per GPU, or under what the default loader holds."""
+    if total is None:
+        return Check("dev_shm", "absent", "info", "no /dev/shm: DataLoader workers and DALI's source pass batches "
+                                                   "through it; the loaders' shared memory then lives elsewhere")
+    ranks = max(gpus, 1)
+    need = max(SHM_PER_GPU * gpus, ranks * workers * prefetch * SHM_BATCH_BYTES)
+    value = f"{total / 2**30:.1f} GiB"
+    if total >= need:
+        return Check("dev_shm", value)
+    return Check("dev_shm", value, "warn",
+                 f"under {need / 2**30:.1f} GiB ({ranks} rank(s) x {workers} workers x {prefetch} batches of 256 "
+                 "images at 224 px, at least 1 GiB per GPU): workers fail with 'bus error' or 'No space left on "
+                 "device'; run the container with --shm-size=16g (or --ipc=host)")
 
 
 def _driver_version() -> str | None:
@@ -86,9 +142,8 @@ def machine_info() -> dict[str, Any]:
 
 def _gpu_checks() -> list[Check]:
     if not torch.cuda.is_available():
-        return [Check("gpu", None, "info", "no CUDA GPU visible: datapipe runs its CPU path (the threads "
-                                           "backend; dataloader for remote data); check the driver and "
-                                           "CUDA_VISIBLE_DEVICES if you expected one")]
+        return [Check("gpu", None, "info", "no CUDA GPU visible: datapipe runs its CPU path (default_backend "
+                                           "below); check the driver and CUDA_VISIBLE_DEVICES if you expected one")]
     checks = []
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)
@@ -127,7 +182,8 @@ def _data_checks(data: Path) -> list[Check]:
     speed = Check("read_speed", f"{mb_s:.0f} MB/s over {read / 1e6:.0f} MB of {data}")
     if read and mb_s < 200:
         speed.status, speed.hint = "warn", ("under 200 MB/s: ImageNet training needs ~250 MB/s per GPU; pack into "
-                                            "WebDataset shards (sequential reads) or copy the data to local NVMe")
+                                            "WebDataset shards (sequential reads) or copy the data to local NVMe; "
+                                            + measure_format(str(data)))
     return [free, speed]
 
 
@@ -153,8 +209,13 @@ def diagnose(data: str | Path | None, env: Mapping[str, str]) -> list[Check]:
     workers = Check("cores", f"{n}{f' (cgroup quota {quota:g} CPUs)' if quota else ''}; "
                              f"default num_workers: {per}")
     if gpus and n < 4 * gpus:
-        workers.status, workers.hint = "warn", "fewer than 4 cores per GPU: CPU decode will starve it; use DALI"
+        workers.status, workers.hint = "warn", ("fewer than 4 cores per GPU: CPU decode will starve it; decode on "
+                                                "the GPU (DALI): see default_backend")
     checks.append(workers)
+    if gpus:
+        checks.append(video_capability_check(env, nvcuvid=nvcuvid_present()))
+    shm = shutil.disk_usage("/dev/shm").total if os.path.isdir("/dev/shm") else None
+    checks.append(shm_check(shm, gpus=gpus, workers=cpus_per_rank(ranks=max(gpus, 1))))
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     checks.append(Check("memlock_limit", "unlimited" if soft == resource.RLIM_INFINITY else f"{soft >> 10} KiB"))
     omp = env.get("OMP_NUM_THREADS")
@@ -165,9 +226,19 @@ def diagnose(data: str | Path | None, env: Mapping[str, str]) -> list[Check]:
     checks.append(Check("PYTORCH_CUDA_ALLOC_CONF", alloc or "unset", "info" if gpus and not alloc else "ok",
                         "expandable_segments:True often lowers fragmentation with varying batch shapes"
                         if gpus and not alloc else ""))
+    checks += advice_checks(data)
     if data is not None:
         checks += _data_checks(Path(data))
     return checks
+
+
+def advice_checks(data: str | Path | None) -> list[Check]:
+    """datapipe's default for each knob `datapipe bench` measures (bench/advice.py, the table bench's
+    verdicts fall back to), each with the bench command that measures it on this machine."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    shown = redact(str(data)) if data is not None else None
+    return [Check(f"default_{a.knob}", f"{a.setting} ({a.why})", "info", a.measure(shown))
+            for a in machine_advice(device, remote=data is not None and is_url(data))]
 
 
 def as_json(checks: list[Check]) -> dict[str, Any]:

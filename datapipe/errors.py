@@ -4,3 +4,12 @@ message as one line and exits non-zero, without a traceback. Kept free of heavy 
 
 class ExpectedError(Exception):
     """An expected failure whose message says what went wrong and what to do."""
+
+
+def first_line(exc: BaseException, limit: int = 160) -> str:
+    """An exception as one short line. DALI's errors run to dozens of lines (the operator, the
+    pipeline's traceback, then what it "encountered:"): that line is the one kept."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    after = [lines[k + 1] for k, line in enumerate(lines[:-1]) if line == "encountered:"]
+    text = (after or lines or [type(exc).__name__])[0]
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -1,8 +1,7 @@
-"""The two views every backend produces, as crop boxes, and the fast CPU decode + crop + resize.
-
-train: RandomResizedCrop(size, scale=(0.08, 1), ratio=(3/4, 4/3)) + horizontal flip (p=0.5), with
-torchvision's sampling rule. eval: shorter side resized to size / 0.875, centre crop of size. The
-box is in the decoded image's pixels; resizing the box to size x size is the whole transform.
+"""The fast CPU decode of a view: decode + crop + resize to a 3 x size x size uint8 tensor, by the one
+RGB rule of datapipe.decode. The views' geometry (crop boxes, resize, DCT scale) is datapipe.geometry;
+this module is the pixel side: libjpeg-turbo (simplejpeg and the region decoder), Pillow, torch's
+resize, and the per-thread decode buffers.
 """
 from __future__ import annotations
 
@@ -10,95 +9,22 @@ import math
 import os
 import random
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 import simplejpeg
 import torch
 import torch.nn.functional as F
-from PIL import Image
 
 from . import jpeg_region
 from .decode import exif_orientation, open_image, to_rgb, upright_image_size
+from .geometry import Crop, center_window, random_resized_crop, scaled_box, view_factor
+from .headers import Layout
+from .layout import jpeg_layout
 from .orientation import orient, stored_box, upright_size
 
 _jpeg_region = jpeg_region.load()  # None where it was not built or fails its probe
 # DATAPIPE_REGION_DECODE=0 turns the region decoder off (whole-image decode), for A/B runs.
 _region_enabled = os.environ.get("DATAPIPE_REGION_DECODE", "1") != "0"
-
-EVAL_CROP_RATIO = 0.875
-SCALE = (0.08, 1.0)
-RATIO = (3 / 4, 4 / 3)
-
-
-@dataclass(frozen=True)
-class Crop:
-    """A region (left, top, width, height) of the decoded image, and whether to mirror it."""
-
-    left: float
-    top: float
-    width: float
-    height: float
-    flip: bool = False
-
-
-def random_resized_crop(width: int, height: int, rng: random.Random) -> Crop:
-    """torchvision's RandomResizedCrop sampling: 10 tries of (area, log-ratio), then a centre fallback."""
-    area = width * height
-    log_ratio = (math.log(RATIO[0]), math.log(RATIO[1]))
-    for _ in range(10):
-        target = area * rng.uniform(*SCALE)
-        aspect = math.exp(rng.uniform(*log_ratio))
-        w, h = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
-        if 0 < w <= width and 0 < h <= height:
-            return Crop(rng.randint(0, width - w), rng.randint(0, height - h), w, h, rng.random() < 0.5)
-    in_ratio = width / height
-    if in_ratio < RATIO[0]:
-        w, h = width, round(width / RATIO[0])
-    elif in_ratio > RATIO[1]:
-        w, h = round(height * RATIO[1]), height
-    else:
-        w, h = width, height
-    return Crop((width - w) // 2, (height - h) // 2, w, h, rng.random() < 0.5)
-
-
-def sample_rng(seed: int, epoch: int, index: int) -> random.Random:
-    """The augmentation randomness of one record in one epoch: independent of worker and batch."""
-    return random.Random((seed * 1_000_003 + epoch) * 4_294_967_296 + index)
-
-
-JpegLayout = tuple[int, int, int]  # stored width, stored height, EXIF orientation
-
-
-def _jpeg_layout(data: bytes) -> JpegLayout | None:
-    """(stored width, stored height, EXIF orientation) when libjpeg-turbo may decode `data` straight
-    to the RGB rule (a YCbCr or grayscale JPEG within Pillow's pixel limit; the orientation is
-    applied to the decoded pixels). Else None: Pillow decodes it. Pillow is opened only when an EXIF
-    segment exists."""
-    if not data.startswith(b"\xff\xd8\xff"):
-        return None
-    try:
-        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
-    except ValueError:
-        return None
-    if colorspace not in ("YCbCr", "Gray") or width * height > Image.MAX_IMAGE_PIXELS:
-        return None
-    orientation = exif_orientation(open_image(data)) if b"Exif\x00\x00" in data[:65536] else 1
-    return width, height, orientation
-
-
-def _dct_factor(scale: float) -> int:
-    """The largest of 1, 2, 4, 8 whose 1/f still keeps the crop at least `size` (scale = size / crop)."""
-    factor = 1
-    while factor < 8 and 1 / (factor * 2) >= scale:
-        factor *= 2
-    return factor
-
-
-def _view_factor(crop: Crop | None, width: int, height: int, size: int) -> int:
-    """The DCT scale denominator a view of a width x height (upright) image may decode at."""
-    need = max(size / crop.width, size / crop.height) if crop else eval_resize(size) / min(width, height)
-    return _dct_factor(need)
 
 
 def decode_view(data: bytes, size: int, *, train: bool, rng: random.Random | None = None) -> torch.Tensor:
@@ -119,12 +45,12 @@ def decode_view(data: bytes, size: int, *, train: bool, rng: random.Random | Non
     whatever its crop. A stream without its end marker is decoded strictly: a truncated file fails.
     """
     rng = rng or random.Random(0)
-    layout = _jpeg_layout(data)
+    layout = jpeg_layout(data)
     if layout:
         stored_width, stored_height, orientation = layout
         width, height = upright_size(stored_width, stored_height, orientation)
         crop = random_resized_crop(width, height, rng) if train else None
-        factor = _view_factor(crop, width, height, size)
+        factor = view_factor(crop, width, height, size)
         if crop and region_decoding(data):
             return _decode_crop(data, crop, layout, factor, size)
         shrink = dict(min_width=math.ceil(stored_width / factor),
@@ -136,7 +62,7 @@ def decode_view(data: bytes, size: int, *, train: bool, rng: random.Random | Non
         img = open_image(data)
         width, height = upright_image_size(img)
         crop = random_resized_crop(width, height, rng) if train else None
-        factor = _view_factor(crop, width, height, size)
+        factor = view_factor(crop, width, height, size)
         if crop and img.format == "JPEG" and img.mode == "CMYK" and region_decoding(data):
             return _decode_crop(data, crop, (img.width, img.height, exif_orientation(img)), factor, size)
         if img.format == "JPEG" and factor > 1:  # CMYK: Pillow decodes at 1/factor too
@@ -172,7 +98,7 @@ def region_decoding(data: bytes) -> bool:
     return _region_enabled and _jpeg_region is not None and ends_with_eoi(data)
 
 
-def _decode_crop(data: bytes, crop: Crop, layout: JpegLayout, factor: int, size: int) -> torch.Tensor:
+def _decode_crop(data: bytes, crop: Crop, layout: Layout, factor: int, size: int) -> torch.Tensor:
     """The train view from the crop box alone, decoded at 1/factor and turned upright: the same
     pixels resize_crop cuts from a whole-image decode (tested), less decode time (the decode suite
     of `datapipe bench` times both)."""
@@ -200,22 +126,9 @@ def _decode_buffer(nbytes: int) -> np.ndarray:
     return buf
 
 
-def eval_resize(size: int) -> int:
-    """The shorter side before the eval centre crop: 256 for 224, as torchvision's recipe."""
-    return int(size / EVAL_CROP_RATIO)
-
-
 def _resize(region: np.ndarray, height: int, width: int) -> torch.Tensor:
     chw = torch.from_numpy(np.ascontiguousarray(region)).permute(2, 0, 1)[None]
     return F.interpolate(chw, size=(height, width), mode="bilinear", antialias=True, align_corners=False)[0]
-
-
-def center_window(width: int, height: int, size: int) -> tuple[int, int, int, int]:
-    """The eval view's geometry, computed once for every backend: the resized (width, height) with
-    the shorter side int(size / 0.875), and the integer (left, top) of the size x size centre crop."""
-    short = eval_resize(size)
-    nh, nw = (int(short * height / width), short) if width <= height else (short, int(short * width / height))
-    return nw, nh, int(round((nw - size) / 2)), int(round((nh - size) / 2))
 
 
 def resize_center(pixels: np.ndarray, size: int) -> torch.Tensor:
@@ -223,49 +136,6 @@ def resize_center(pixels: np.ndarray, size: int) -> torch.Tensor:
     h, w = pixels.shape[:2]
     nw, nh, left, top = center_window(w, h, size)
     return _resize(pixels, nh, nw)[:, top:top + size, left:left + size].contiguous()
-
-
-@dataclass(frozen=True)
-class ViewGeometry:
-    """A view as a decoder with a region-of-interest, a resize and a slice performs it (DALI):
-    decode `roi` (left, top, width, height), resize it to `resized` (width, height), cut the
-    size x size square at `window` (left, top), mirror if `flip`. The same pixels as decode_view."""
-
-    roi: tuple[int, int, int, int]
-    resized: tuple[int, int]
-    window: tuple[int, int]
-    flip: bool
-
-
-def image_dims(data: bytes) -> tuple[int, int]:
-    """(width, height) of an image as the RGB rule decodes it (EXIF rotation applied), from its
-    header alone."""
-    layout = _jpeg_layout(data)
-    if layout:
-        return upright_size(*layout)
-    img = open_image(data)
-    return upright_image_size(img)
-
-
-def view_geometry(data: bytes, size: int, *, train: bool, rng: random.Random | None = None) -> ViewGeometry:
-    """The geometry decode_view applies to `data` with this rng: the train view's random crop box
-    (torchvision's RandomResizedCrop rule) and flip, or the eval view's resize and centre window."""
-    width, height = image_dims(data)
-    if train:
-        c = random_resized_crop(width, height, rng or random.Random(0))
-        return ViewGeometry((int(c.left), int(c.top), int(c.width), int(c.height)), (size, size), (0, 0), c.flip)
-    nw, nh, left, top = center_window(width, height, size)
-    return ViewGeometry((0, 0, width, height), (nw, nh), (left, top), False)
-
-
-def scaled_box(crop: Crop, width: int, height: int, scaled_width: int, scaled_height: int) -> tuple[int, int, int, int]:
-    """`crop` (in width x height coordinates) as integer (left, top, right, bottom) pixels of the
-    image decoded at scaled_width x scaled_height, never empty."""
-    sx, sy = scaled_width / width, scaled_height / height
-    left, top = int(crop.left * sx), int(crop.top * sy)
-    right = max(left + 1, min(scaled_width, round((crop.left + crop.width) * sx)))
-    bottom = max(top + 1, min(scaled_height, round((crop.top + crop.height) * sy)))
-    return left, top, right, bottom
 
 
 def resize_crop(pixels: np.ndarray, crop: Crop, width: int, height: int, size: int) -> torch.Tensor:

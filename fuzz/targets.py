@@ -226,7 +226,7 @@ def check_jpeg_region(data: bytes) -> None:
 
     size = jpeg_size(data[5:])
     if size and size[0] * size[1] > Image.MAX_IMAGE_PIXELS:
-        return  # the caller's precondition (transforms._jpeg_layout): libjpeg's memory grows with the frame
+        return  # the caller's precondition (layout.jpeg_layout): libjpeg's memory grows with the frame
     ext = _region_ext()
     denom, left, top, width, height = region_args(data[:5], data[5:])
     size = ext.region_buffer_size(width, height)

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from datapipe.decode import BadImageError, check_image, decode_rgb, to_rgb
+from datapipe.decode import check_image, decode_rgb, to_rgb
+from datapipe.headers import BadImageError
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +109,7 @@ def test_both_validations_catch_truncation(train, validate, cut):
 
 
 def test_fast_validation_keeps_good_files_and_skips_thumbnail_eoi(train):
-    from datapipe.decode import jpeg_scan_start
+    from datapipe.headers import jpeg_scan_start
 
     raw = (train / "cat/cat_001.jpg").read_bytes()
     assert check_image(raw, validate="fast").data == raw

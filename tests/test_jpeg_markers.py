@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from datapipe.decode import BadImageError, check_image
+from datapipe.decode import check_image
+from datapipe.headers import BadImageError
 from datapipe.jpeg_markers import skeleton
 from fuzz.targets import pillow_verdict
 

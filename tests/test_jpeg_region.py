@@ -239,7 +239,8 @@ def corrupt_but_complete(count: int) -> list[bytes]:
 def test_every_record_the_converter_accepts_decodes_in_every_view(region):
     """Pillow (the converter's validator) accepts corrupt entropy data; so must every view, whatever
     the crop, or a record would be skipped in some epochs and not in others."""
-    from datapipe.decode import BadImageError, check_image
+    from datapipe.decode import check_image
+    from datapipe.headers import BadImageError
 
     previous, accepted = transforms.set_region_decoding(region), 0
     try:

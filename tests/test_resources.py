@@ -36,5 +36,12 @@ def test_cpus_per_rank_divides_the_quota_or_affinity_by_the_local_ranks(tmp_path
 def test_loaders_default_to_the_rank_share(packed_lmdb, backend, monkeypatch, node_of_224_cpus):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     loader = make_loader(packed_lmdb, backend=backend, batch_size=4)
-    workers = loader.loader.num_workers if backend == "dataloader" else loader.threads
-    assert workers == cpus_per_rank() == max(1, available_cpus() // 8)  # 28 unless a cgroup quota caps it
+    share = cpus_per_rank()
+    assert share == max(1, available_cpus() // 8)  # 28 unless a cgroup quota caps it
+    if backend == "dataloader":
+        assert loader.loader.num_workers == share
+    else:  # on CUDA the GPU decodes: DALI's threads are capped (thread_budget), its source workers keep half
+        from datapipe.backends.dali.graph import thread_budget
+
+        assert (loader.threads, loader.py_workers) == thread_budget(share, cuda=loader.device.type == "cuda")
+        assert loader.device.type == "cuda" or loader.threads == share

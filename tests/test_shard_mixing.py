@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from datapipe.backends import shards_held
-from datapipe.backends.base import LoaderOptions
+from datapipe.backends.options import LoaderOptions
 from datapipe.sharding import READ_AHEAD_SHARDS, Shard, ShardPlan
 
 SHARDS, PER_SHARD, CLASSES, BATCH = 64, 32, 8, 32

@@ -241,7 +241,8 @@ def ceiling(path: str, workers: int, epochs: int) -> dict:
     import torch
 
     from datapipe.formats import open_dataset
-    from datapipe.transforms import decode_view, sample_rng
+    from datapipe.geometry import sample_rng
+    from datapipe.transforms import decode_view
 
     torch.set_num_threads(1)
     dataset = open_dataset(path, "train")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -49,6 +51,23 @@ def _stop(ray: Any, refs: list[Any]) -> None:
     ray.wait(refs, num_returns=len(refs), timeout=STOP_WAIT_S)
 
 
+# Ray's sockets live at TEMP/ray/session_<date>_<time>_<pid>/sockets/plasma_store: ~75 characters
+# after TEMP, and a socket's path may hold 107. A job's $TMPDIR (Slurm's per-job folders) is often longer.
+SHORT_TEMP = 32
+
+
+def local_ray_options(address: str | None, ray_address: str | None) -> dict[str, str]:
+    """ray.init's `_temp_dir` for a local Ray this conversion starts, when the temporary folder is too
+    long for Ray's socket paths ("AF_UNIX path length cannot exceed 107 bytes"): /tmp/ray-UID then.
+    Nothing when joining a running cluster (`address`, `ray_address` = RAY_ADDRESS): it has its own."""
+    temp = tempfile.gettempdir()
+    if address is not None or ray_address or len(temp) <= SHORT_TEMP:
+        return {}
+    short = f"/tmp/ray-{os.getuid()}"
+    log.info("Ray's socket paths under %s would be too long for AF_UNIX: its files go to %s", temp, short)
+    return {"_temp_dir": short}
+
+
 class RayEngine:
     """Shard tasks on the Ray cluster this process is connected to, or on the one at `address`
     ("auto", HOST:PORT); with neither, `ray.init()` finds one (RAY_ADDRESS, `ray start`) or starts a
@@ -68,7 +87,8 @@ class RayEngine:
         ray = import_ray()
         owned = not ray.is_initialized()
         if owned:
-            ray.init(address=self.address, include_dashboard=False, logging_level=logging.WARNING)
+            ray.init(address=self.address, include_dashboard=False, logging_level=logging.WARNING,
+                     **local_ray_options(self.address, os.environ.get("RAY_ADDRESS")))
         try:
             yield from self._run(ray, jobs, ctx, tick)
         finally:

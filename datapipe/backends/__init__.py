@@ -13,7 +13,8 @@ from ..formats import open_dataset
 from ..formats.base import Dataset
 from ..resources import local_world_size
 from ..sharding import READ_AHEAD_SHARDS, EpochPlan, Shard, ShardPlan, resolve_shard
-from .base import Batch, Loader, LoaderOptions
+from .base import Batch, Loader
+from .options import LoaderOptions
 
 log = logging.getLogger("datapipe")
 BACKENDS = ("auto", "dataloader", "threads", "prefetch", "dali")

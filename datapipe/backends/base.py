@@ -1,27 +1,20 @@
-"""The Loader protocol every backend implements, its options, and the on_error policy."""
+"""The Loader base every backend implements (epochs, resume positions, the bad-sample bound) and Batch."""
 from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
-import numpy as np
 import torch
 
-from ..devices import rank_device
-from ..errors import ExpectedError
 from ..formats.base import Dataset
-from ..resources import cpus_per_rank
-from ..storage import StoreError
 from ..sharding import EpochPlan, Shard, ShardPlan
+from .bad_samples import BadSample, TooManyBadSamples
 from .deaths import WorkerDied
+from .options import LoaderOptions
 
 log = logging.getLogger(__name__)
-ON_ERROR = ("skip", "raise")
-START_METHODS = ("fork", "spawn", "forkserver")
-SAMPLING = ("auto", "global", "shards")  # auto: shard-wise for remote datasets, a global permutation otherwise
 
 
 class Batch(NamedTuple):
@@ -31,129 +24,6 @@ class Batch(NamedTuple):
     images: torch.Tensor
     labels: torch.Tensor
     indices: torch.Tensor
-
-
-@dataclass(frozen=True)
-class LoaderOptions:
-    """What every backend needs to know; validated here once."""
-
-    batch_size: int = 256
-    train: bool = True
-    image_size: int = 224
-    seed: int = 0
-    drop_last: bool = False
-    num_workers: int | None = None
-    prefetch_factor: int = 2
-    pin_memory: bool | None = None
-    device: str | None = None
-    dtype: torch.dtype = torch.float32
-    channels_last: bool = False
-    on_error: str = "skip"
-    max_bad_fraction: float = 0.01
-    persistent_workers: bool = True
-    start_method: str | None = None
-    sampling: str = "auto"
-    cache_dir: str | None = None
-    cache_limit: int | None = None
-    mix_shards: int | None = None  # shard-wise sampling's block (ShardPlan); None: 16, 1 for datapipe's own shards
-
-    def __post_init__(self) -> None:
-        if self.mix_shards is not None and (not isinstance(self.mix_shards, int) or self.mix_shards < 1):
-            raise ValueError(f"mix_shards must be an int >= 1 (1: shard by shard) or None, got {self.mix_shards!r}")
-        if self.sampling not in SAMPLING:
-            raise ValueError(f"sampling must be one of {SAMPLING}, got {self.sampling!r}")
-        if self.cache_limit is not None and self.cache_limit <= 0:
-            raise ValueError(f"cache_limit must be a positive number of bytes, got {self.cache_limit}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.image_size < 8:
-            raise ValueError(f"image_size must be at least 8 pixels, got {self.image_size}")
-        if self.num_workers is not None and self.num_workers < 0:
-            raise ValueError(f"num_workers must be >= 0, got {self.num_workers}")
-        if self.prefetch_factor < 1:
-            raise ValueError(f"prefetch_factor must be >= 1, got {self.prefetch_factor}")
-        if self.on_error not in ON_ERROR:
-            raise ValueError(f"on_error must be one of {ON_ERROR}, got {self.on_error!r}")
-        if self.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-            raise ValueError(f"dtype must be torch.float32, float16 or bfloat16, got {self.dtype}")
-        if not 0 <= self.max_bad_fraction <= 1:
-            raise ValueError(f"max_bad_fraction must be within 0..1, got {self.max_bad_fraction}")
-        if self.start_method is not None and self.start_method not in START_METHODS:
-            raise ValueError(f"start_method must be one of {START_METHODS} or None, got {self.start_method!r}")
-
-    @property
-    def workers(self) -> int:
-        """num_workers, or this rank's share of the node's CPUs (datapipe.resources)."""
-        return cpus_per_rank() if self.num_workers is None else self.num_workers
-
-    @property
-    def torch_device(self) -> torch.device:
-        """The device batches go to; on CUDA always with this rank's index (datapipe.devices)."""
-        return rank_device(self.device)
-
-    @property
-    def pinned(self) -> bool:
-        """pin_memory, or True when batches go to a CUDA device."""
-        return self.pin_memory if self.pin_memory is not None else self.torch_device.type == "cuda"
-
-
-class BadSample(NamedTuple):
-    """A record that could not be read or decoded, and the record served in its place."""
-
-    index: int
-    path: str
-    reason: str
-    substitute: int = -1
-
-
-class TooManyBadSamples(ExpectedError, RuntimeError):
-    """More records of an epoch failed than max_bad_fraction allows: the data, not one file, is broken."""
-
-
-SUBSTITUTE_TRIES = 8
-
-
-def record_path(dataset: Dataset, index: int) -> str:
-    """A record's original path for an error message, or its number when even that cannot be read."""
-    try:
-        return dataset.origin(index) or f"record {index}"
-    except Exception:  # the store itself is damaged: the number is all there is
-        return f"record {index}"
-
-
-def substitutes(index: int, size: int, *, seed: int, epoch: int) -> Iterator[int]:
-    """Records to serve in place of a bad one, in a fixed order: a batch keeps its size (so ranks
-    keep equal batch counts and resume positions stay exact) and the choice is reproducible."""
-    rng = np.random.default_rng([seed, epoch, index, 7])
-    for _ in range(SUBSTITUTE_TRIES):
-        candidate = int(rng.integers(size))
-        if candidate != index:
-            yield candidate
-
-
-T = TypeVar("T")
-
-
-def serve_or_substitute(prepare: Callable[[int], T], dataset: Dataset, index: int, *, seed: int, epoch: int,
-                        skip: bool) -> tuple[T, int, BadSample | None]:
-    """The on_error policy for one record, shared by every backend: (prepare(index), index, None);
-    or, when it fails, raise naming the record (skip=False) or serve a substitute and say so."""
-    try:
-        return prepare(index), index, None
-    except StoreError:  # the store failed, not this record: substituting would hide it
-        raise
-    except Exception as exc:  # stores and decoders raise many types for bad records; which record is what matters
-        path = record_path(dataset, index)
-        if not skip:
-            raise RuntimeError(f"cannot read or decode record {index} ({path}): {type(exc).__name__}: {exc}") from exc
-        reason = f"{type(exc).__name__}: {exc}"
-    for other in substitutes(index, len(dataset), seed=seed, epoch=epoch):
-        try:
-            return prepare(other), other, BadSample(index, path, reason, other)
-        except Exception:
-            continue
-    raise RuntimeError(f"record {index} ({path}) is bad ({reason}) and so were the records tried in its place: "
-                       "the dataset looks broken; run `datapipe verify` on it")
 
 
 class EpochSetter:

@@ -10,8 +10,11 @@ import torch
 from ..formats.base import Dataset
 from ..sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan
 from ..storage.isolate import forks_nothing
-from ..transforms import decode_view, sample_rng
-from .base import BadSample, Batch, Loader, LoaderOptions, serve_or_substitute
+from ..geometry import sample_rng
+from ..transforms import decode_view
+from .bad_samples import BadSample, serve_or_substitute
+from .base import Batch, Loader
+from .options import LoaderOptions
 from .normalize import Normalizer
 from .deaths import DEFERRED, WorkerDied, torch_worker_died
 

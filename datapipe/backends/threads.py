@@ -24,7 +24,9 @@ from PIL import Image
 
 from ..formats.base import Dataset, PerProcess
 from ..sharding import EpochPlan, ShardPlan
-from .base import BadSample, Batch, Loader, LoaderOptions
+from .bad_samples import BadSample
+from .base import Batch, Loader
+from .options import LoaderOptions
 from .dataloader import DecodedRecords, EpochBatches
 from .normalize import Normalizer
 

@@ -1,4 +1,4 @@
-"""`datapipe bench`: which format and backend to use on this machine, with figures and a plot."""
+"""`datapipe bench`: which format and backend to use on this machine, with figures, verdicts and a plot."""
 from __future__ import annotations
 
 import logging
@@ -7,8 +7,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from ..errors import ExpectedError, first_line
 from ..formats import open_dataset
 from ..storage import redact
+from .settle import settle
 from .suites import SUITES, BenchOptions, Case, Row
 
 log = logging.getLogger(__name__)
@@ -18,7 +20,9 @@ def run_bench(sources: list[str | Path], options: BenchOptions = BenchOptions(),
               suites: tuple[str, ...] = ("read", "decode", "baseline", "pipeline", "h2d"), *,
               progress: bool = False) -> list[Row]:
     """Run the suites on every source; rows come back in a stable order (source, then suite).
-    `progress`: one bar over every timed run, naming the one running."""
+    `progress`: one bar over every timed run, naming the one running. The `loader` suite (num_workers,
+    prefetch_factor) is not in the default list: 4 more loader rows per source. `verdicts.verdicts(rows)`
+    reads the rows."""
     unknown = set(suites) - set(SUITES)
     if unknown:
         raise ValueError(f"unknown suites {sorted(unknown)}; choose from {sorted(SUITES)}")
@@ -34,11 +38,21 @@ def run_bench(sources: list[str | Path], options: BenchOptions = BenchOptions(),
     with tqdm(total=options.repeats * len(runnable), desc="bench", unit="run", disable=not progress) as bar:
         for repeat in range(options.repeats):  # round-robin: drift on a shared machine hits every row alike
             for case in runnable:
+                if case.run is None:  # it failed in an earlier repeat
+                    bar.update(1)
+                    continue
                 bar.set_postfix_str(f"repeat {repeat + 1}/{options.repeats}: {Path(case.data).name} {case.suite} "
                                     f"{case.backend}", refresh=False)
                 log.debug("bench repeat %d/%d: %s %s %s", repeat + 1, options.repeats, case.data, case.suite,
                           case.backend)
-                results[id(case)].append(case.run(repeat))
+                try:
+                    results[id(case)].append(case.run(repeat))
+                except ExpectedError:  # a worker killed (the OOM killer), too many bad records: the run's end
+                    raise
+                except Exception as exc:  # e.g. DALI's plain pipeline stops at a corrupt file: that row only
+                    case.run, case.note = None, f"failed: {first_line(exc)}"
+                    log.warning("bench: %s %s %s %s", Path(case.data).name, case.suite, case.backend, case.note)
+                settle()  # work the run left in flight must not slow the next row (settle.py)
                 bar.update(1)
     return [case.row(results[id(case)], options) for case in cases]
 

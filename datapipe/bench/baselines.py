@@ -17,7 +17,7 @@ from PIL import Image
 
 from ..backends.normalize import IMAGENET_MEAN, IMAGENET_STD
 from ..formats.base import Dataset
-from ..transforms import RATIO, SCALE, random_resized_crop
+from ..geometry import RATIO, SCALE, random_resized_crop
 
 
 class NaiveImageFolder(torch.utils.data.Dataset):
@@ -32,6 +32,17 @@ class NaiveImageFolder(torch.utils.data.Dataset):
         return len(self.dataset)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        """The view of `index`; a file that does not decode (an image folder may hold one) is replaced
+        by the next, as datapipe's loaders do, so that the row times the loading, not the first
+        corrupt file. torchvision's ImageFolder would raise there."""
+        for offset in range(len(self)):
+            try:
+                return self._view((index + offset) % len(self))
+            except Exception:  # noqa: PERF203 (rare)
+                continue
+        raise ValueError(f"no image of {self.dataset} decodes")
+
+    def _view(self, index: int) -> tuple[torch.Tensor, int]:
         sample = self.dataset[index]
         img = Image.open(io.BytesIO(sample.data)).convert("RGB")
         crop = random_resized_crop(img.width, img.height, random.Random())

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from ..storage.redaction import redact_json
 from .suites import Row
+from .verdicts import RULE, Verdict
 
 
 def baseline_of(rows: list[Row], row: Row) -> Row | None:
@@ -20,7 +22,7 @@ def table(rows: list[Row]) -> str:
     lines = [head, "-" * len(head)]
     for r in rows:
         base = baseline_of(rows, r)
-        ratio = f"{r.images_per_s / base.images_per_s:8.2f}" if base and r.suite in ("pipeline", "baseline") else " " * 8
+        ratio = f"{r.images_per_s / base.images_per_s:8.2f}" if base and r.suite in ("pipeline", "baseline", "loader") else " " * 8
         mb = f"{r.mb_per_s:8.1f}" if r.mb_per_s is not None else " " * 8
         wait = f"{r.data_wait_pct:6.1f}" if r.data_wait_pct is not None else " " * 6
         rate = f"{r.images_per_s:8.0f}" if not r.note else "skipped"
@@ -29,14 +31,18 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def document(rows: list[Row], machine: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+def document(rows: list[Row], machine: dict[str, Any], options: dict[str, Any],
+             found: Sequence[Verdict] = ()) -> dict[str, Any]:
+    """The JSON body: machine, options, one result per row, and the verdicts (`row` indexes results)."""
     results = []
     for r in rows:
         base = baseline_of(rows, r)
         body = asdict(r)
         body["x_naive"] = round(r.images_per_s / base.images_per_s, 3) if base and r.images_per_s else None
         results.append(body)
-    return {"machine": machine, "options": options, "results": results}
+    verdicts = [asdict(v) | {"ratio": round(v.ratio, 3), "low": round(v.low, 3), "high": round(v.high, 3)}
+                for v in found]
+    return {"machine": machine, "options": options, "results": results, "verdicts": verdicts, "verdict_rule": RULE}
 
 
 def write_json(path: Path, doc: dict[str, Any]) -> None:
@@ -44,26 +50,43 @@ def write_json(path: Path, doc: dict[str, Any]) -> None:
     Path(path).write_text(json.dumps(redact_json(json.loads(json.dumps(doc, default=str))), indent=1), encoding="utf-8")
 
 
-def plot(path: Path, rows: list[Row], title: str) -> None:
-    """A horizontal bar chart of images/s per row (matplotlib, the `plot` extra)."""
-    try:
-        import matplotlib
+SUITE_COLORS = {"decode": "tab:orange", "baseline": "tab:gray", "pipeline": "tab:blue", "loader": "tab:purple"}
+WORD_COLORS = {"helps": "tab:green", "no effect": "dimgray", "hurts": "tab:red", "unsure": "goldenrod"}
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+
+def figure(rows: list[Row], title: str, found: Sequence[Verdict] = ()):
+    """A horizontal bar chart of images/s per row, each bar followed by its figure and the verdicts
+    of the setting it measured (colored by word), with a legend of suites and words."""
+    try:
+        from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
+        from matplotlib.patches import Patch
     except ImportError as exc:
         raise ImportError("--plot needs matplotlib: pip install 'datapipe[plot]'") from exc
     # raw reads run ~50x faster than any decode and would flatten every other bar: table and JSON only
-    shown = [r for r in rows if r.suite in ("pipeline", "baseline", "decode") and r.images_per_s]
-    colors = {"pipeline": "tab:blue", "baseline": "tab:gray", "decode": "tab:orange"}
-    fig, ax = plt.subplots(figsize=(9, 0.42 * len(shown) + 1.6))
-    labels = [f"{Path(r.data).name} · {r.suite} · {r.backend}" for r in shown]
-    ax.barh(labels, [r.images_per_s for r in shown], color=[colors[r.suite] for r in shown])
-    for y, r in enumerate(shown):
-        ax.text(r.images_per_s, y, f" {r.images_per_s:.0f}", va="center", fontsize=8)
+    shown = [i for i, r in enumerate(rows) if r.suite in SUITE_COLORS and r.images_per_s]
+    fig = Figure(figsize=(11, 0.42 * len(shown) + 2.2))
+    ax = fig.subplots()
+    labels = [f"{Path(rows[i].data).name} · {rows[i].suite} · {rows[i].backend}" for i in shown]
+    ax.barh(labels, [rows[i].images_per_s for i in shown], color=[SUITE_COLORS[rows[i].suite] for i in shown])
+    for y, i in enumerate(shown):
+        ax.text(rows[i].images_per_s, y, f" {rows[i].images_per_s:.0f}", va="center", fontsize=8)
+        said = [v for v in found if v.row == i]
+        for k, v in enumerate(said):  # one line per verdict, stacked within the bar's height
+            at = (rows[i].images_per_s, y + (k - (len(said) - 1) / 2) * 0.36)
+            ax.annotate(f"{v.word} {v.ratio:.2f}x vs {v.reference}", at, xytext=(30, 0), textcoords="offset points",
+                        va="center", fontsize=8 if len(said) == 1 else 7, color=WORD_COLORS[v.word])
+    ax.set_xlim(0, max([rows[i].images_per_s for i in shown], default=1) * 1.6)  # room for the verdicts
     ax.invert_yaxis()
-    ax.set_xlabel("images / s (median)")
+    ax.set_xlabel("images / s (median of the repeats)")
     ax.set_title(title, fontsize=10)
+    handles = [Patch(color=c, label=s) for s, c in SUITE_COLORS.items() if any(rows[i].suite == s for i in shown)]
+    words = {v.word for v in found}
+    handles += [Patch(color=c, label=f"verdict: {w}") for w, c in WORD_COLORS.items() if w in words]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
+
+
+def plot(path: Path, rows: list[Row], title: str, found: Sequence[Verdict] = ()) -> None:
+    """figure() written as a PNG."""
+    figure(rows, title, found).savefig(path, dpi=120)

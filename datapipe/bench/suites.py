@@ -4,6 +4,9 @@ Timing rule for every suite: warm-up batches first (worker start, pipeline build
 IO are not steady state), then the clock runs until `seconds` pass or the epoch ends, less the
 epoch's last DRAIN_BATCHES batches; CUDA is synchronized after every batch; the figure is the median
 over `repeats` runs.
+
+Each Case also names the knob settings it stands for (`knobs`, e.g. {"backend": "threads"}) and which
+of them are datapipe's defaults on this machine (advice.py): verdicts.py compares rows by those.
 """
 from __future__ import annotations
 
@@ -17,11 +20,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..backends import LoaderOptions, make_loader
+from ..backends import make_loader
 from ..decode import decode_rgb
+from ..errors import first_line
 from ..formats.base import Dataset
 from ..formats.folder import FolderDataset
-from ..transforms import decode_view, region_decoder_available, sample_rng, set_region_decoding
+from ..geometry import sample_rng
+from ..transforms import decode_view, region_decoder_available, set_region_decoding
+from .advice import DEFAULT_PREFETCH_FACTOR, default_backend, default_decode, default_memory, default_workers
 from .baselines import naive_loader, plain_dali_loader
 
 log = logging.getLogger(__name__)
@@ -68,6 +74,8 @@ class Row:
     data_wait_pct: float | None = None
     runs: list[float] = field(default_factory=list)
     note: str = ""
+    knobs: dict[str, str] = field(default_factory=dict)
+    defaults: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -81,15 +89,19 @@ class Case:
     run: Callable[[int], tuple[float, float]] | None
     bytes_per_image: float | None = None
     note: str = ""
+    knobs: dict[str, str] = field(default_factory=dict)  # knob -> the setting this case measures (verdicts.py)
+    defaults: list[str] = field(default_factory=list)  # knobs whose setting here is datapipe's default (advice.py)
 
     def row(self, results: list[tuple[float, float]], opts: "BenchOptions") -> Row:
+        labels = dict(note=self.note, knobs=self.knobs, defaults=self.defaults)
         if self.run is None:
-            return Row(self.data, self.format, self.suite, self.backend, 0.0, note=self.note)
+            return Row(self.data, self.format, self.suite, self.backend, 0.0, **labels)
         rates = [r for r, _ in results]
         rate = statistics.median(rates)
         wait = statistics.median(w for _, w in results) if opts.simulate_step_ms and self.suite != "h2d" else None
         mb = rate * self.bytes_per_image / 1e6 if self.bytes_per_image else None
-        return Row(self.data, self.format, self.suite, self.backend, rate, mb, wait, [round(r, 1) for r in rates], self.note)
+        return Row(self.data, self.format, self.suite, self.backend, rate, mb, wait, [round(r, 1) for r in rates],
+                   **labels)
 
 
 def _cuda_sync(device: torch.device) -> None:
@@ -164,7 +176,8 @@ def suite_read(name: str, ds: Dataset, opts: BenchOptions, device: torch.device)
         for start in range(0, len(order), opts.batch_size):
             yield [ds[int(i)] for i in order[start:start + opts.batch_size]]
 
-    return [Case(name, ds.format, "read", "-", timed(batches, len, opts, device, step=False), mean_bytes)]
+    return [Case(name, ds.format, "read", "-", timed(batches, len, opts, device, step=False), mean_bytes,
+                 knobs={"format": ds.format})]
 
 
 def _decodable(blob: bytes) -> bool:
@@ -185,12 +198,16 @@ def suite_decode(name: str, ds: Dataset, opts: BenchOptions, device: torch.devic
             yield [decode_rgb(b).load() for b in blobs[start:start + opts.batch_size]]
 
     def train_views(first: int, repeat: int, region: bool) -> list[torch.Tensor]:
-        previous = set_region_decoding(region)
+        # one core: torch's resize would otherwise start an OpenMP team (1.9 cores busy for the rate of
+        # one here), which collapses when anything else wants the cores
+        previous, threads = set_region_decoding(region), torch.get_num_threads()
+        torch.set_num_threads(1)
         try:
             return [decode_view(b, opts.image_size, train=True, rng=sample_rng(0, repeat, first + i))
                     for i, b in enumerate(blobs[first:first + opts.batch_size])]
         finally:
             set_region_decoding(previous)
+            torch.set_num_threads(threads)
 
     def view_batches(repeat: int, region: bool):
         return (train_views(first, repeat, region) for first in range(0, len(blobs), opts.batch_size))
@@ -198,44 +215,81 @@ def suite_decode(name: str, ds: Dataset, opts: BenchOptions, device: torch.devic
     cases = [Case(name, ds.format, "decode", "pil-1-core", timed(pil_batches, len, opts, device, step=False))]
     for region in (False, True) if region_decoder_available() else (False,):
         run = timed(lambda repeat, region=region: view_batches(repeat, region), len, opts, device, step=False)
-        cases.append(Case(name, ds.format, "decode", f"train-view-{'region' if region else 'whole'}", run))
+        view = "region" if region else "whole"
+        cases.append(Case(name, ds.format, "decode", f"train-view-{view}", run, knobs={"decode": view},
+                          defaults=["decode"] if view == default_decode() else []))
     return cases
 
 
+def _loader_case(name: str, ds: Dataset, opts: BenchOptions, device: torch.device, suite: str, backend: str,
+                 label: str, **overrides: Any) -> Case:
+    """A Case timing one epoch per repeat of make_loader(ds, backend, **overrides), or a skipped one."""
+    if backend == "threads" and ds.location.remote:
+        return Case(name, ds.format, suite, label, None,
+                    note="skipped: a remote dataset is read by worker processes (docs/loaders.md)")
+    workers = opts.workers if opts.workers is not None else default_workers(device)
+    settings = dict(num_workers=workers) | overrides
+    try:
+        loader = make_loader(ds, backend=backend, batch_size=opts.batch_size, image_size=opts.image_size,
+                             device=opts.device, sampling=opts.sampling,
+                             max_bad_fraction=1.0, **settings)  # speed is measured here, not data health
+    except ImportError as exc:
+        return Case(name, ds.format, suite, label, None, note=f"skipped: {exc}")
+
+    def batches(repeat: int):
+        loader.set_epoch(repeat)
+        return loader
+
+    return Case(name, ds.format, suite, label, timed(batches, lambda b: len(b.images), opts, device))
+
+
 def suite_pipeline(name: str, ds: Dataset, opts: BenchOptions, device: torch.device) -> list[Case]:
-    """The full train pipeline (decode, RandomResizedCrop, flip, normalize, on the device) per backend."""
+    """The full train pipeline (decode, RandomResizedCrop, flip, normalize, on the device) per backend.
+    The row of auto's backend also stands for datapipe against the naive baseline and for the format."""
+    auto, _ = default_backend(device, remote=ds.location.remote)
     cases = []
     for backend in opts.backends:
-        if backend == "threads" and ds.location.remote:
-            cases.append(Case(name, ds.format, "pipeline", backend, None,
-                              note="skipped: a remote dataset is read by worker processes (docs/loaders.md)"))
-            continue
-        try:
-            loader = make_loader(ds, backend=backend, batch_size=opts.batch_size, image_size=opts.image_size,
-                                 num_workers=opts.workers, device=opts.device, sampling=opts.sampling,
-                                 max_bad_fraction=1.0)  # speed is measured here, not data health
-        except ImportError as exc:
-            cases.append(Case(name, ds.format, "pipeline", backend, None, note=f"skipped: {exc}"))
-            continue
+        case = _loader_case(name, ds, opts, device, "pipeline", backend, backend)
+        case.knobs, case.defaults = {"backend": backend}, []
+        if backend == auto:
+            case.knobs |= {"loader": backend, "format": ds.format}
+            case.defaults += ["backend", "loader"]
+        if device.type == "cuda" and backend in ("prefetch", "dataloader"):
+            case.knobs["cuda_stream"] = "on" if backend == "prefetch" else "off"
+            case.defaults += ["cuda_stream"] if backend == "prefetch" else []
+        cases.append(case)
+    return cases
 
-        def batches(repeat: int, loader=loader):
-            loader.set_epoch(repeat)
-            return loader
 
-        cases.append(Case(name, ds.format, "pipeline", backend, timed(batches, lambda b: len(b.images), opts, device)))
+def suite_loader(name: str, ds: Dataset, opts: BenchOptions, device: torch.device) -> list[Case]:
+    """auto's backend at num_workers = W (--workers, else the default), W/2 and 2W, and at
+    prefetch_factor 4 beside the default 2: the two loader knobs tuning guides argue over most."""
+    backend, _ = default_backend(device, remote=ds.location.remote)
+    default = default_workers(device)
+    workers = opts.workers if opts.workers is not None else default
+    pf = DEFAULT_PREFETCH_FACTOR
+    settings = [(workers, pf)] + [(w, pf) for w in sorted({max(1, workers // 2), 2 * workers} - {workers})]
+    cases = []
+    for w, p in settings + [(workers, 2 * pf)]:
+        case = _loader_case(name, ds, opts, device, "loader", backend, f"{backend} w={w} pf={p}",
+                            num_workers=w, prefetch_factor=p)
+        case.knobs = {"workers": str(w), "prefetch_factor": str(p)}
+        case.defaults = [k for k, ok in (("workers", w == default), ("prefetch_factor", p == pf)) if ok]
+        cases.append(case)
     return cases
 
 
 def suite_baseline(name: str, ds: Dataset, opts: BenchOptions, device: torch.device) -> list[Case]:
     """The naive ImageFolder-style DataLoader (and, on an image folder, DALI's plain CPU pipeline)."""
-    workers = LoaderOptions(num_workers=opts.workers).workers
+    workers = opts.workers if opts.workers is not None else default_workers(device)  # as every loader row
     loader = naive_loader(ds, batch_size=opts.batch_size, size=opts.image_size, workers=workers)
 
     def naive_batches(_: int):
         for images, labels in loader:
             yield images.to(device, non_blocking=True), labels
 
-    cases = [Case(name, ds.format, "baseline", "naive-imagefolder", timed(naive_batches, lambda b: len(b[0]), opts, device))]
+    naive = timed(naive_batches, lambda b: len(b[0]), opts, device)
+    cases = [Case(name, ds.format, "baseline", "naive-imagefolder", naive, knobs={"loader": "naive-imagefolder"})]
     if isinstance(ds, FolderDataset) and "dali" in opts.backends:
         try:
             records = range(len(ds))
@@ -243,8 +297,11 @@ def suite_baseline(name: str, ds: Dataset, opts: BenchOptions, device: torch.dev
                                      batch_size=opts.batch_size, size=opts.image_size, workers=workers)
         except ImportError as exc:
             return cases + [Case(name, ds.format, "baseline", "plain-dali-cpu", None, note=f"skipped: {exc}")]
+        except Exception as exc:  # its reader stops at the first file it cannot read (an empty one, say)
+            return cases + [Case(name, ds.format, "baseline", "plain-dali-cpu", None,
+                                 note=f"failed: DALI's plain pipeline cannot read this folder: {first_line(exc)}")]
         run = timed(lambda _: (out[0] for out in dali), lambda b: len(b["images"]), opts, device)
-        cases.append(Case(name, ds.format, "baseline", "plain-dali-cpu", run))
+        cases.append(Case(name, ds.format, "baseline", "plain-dali-cpu", run, knobs={"loader": "plain-dali-cpu"}))
     return cases
 
 
@@ -262,11 +319,12 @@ def suite_h2d(name: str, ds: Dataset, opts: BenchOptions, device: torch.device) 
                 yield host.to(device, non_blocking=True)
 
         cases.append(Case(name, "-", "h2d", kind, timed(batches, lambda b: opts.batch_size, opts, device, step=False),
-                          per_image))
+                          per_image, knobs={"pinned_memory": kind},
+                          defaults=["pinned_memory"] if kind == default_memory(device) else []))
     return cases
 
 
 SUITES: dict[str, Callable[[str, Dataset, BenchOptions, torch.device], list[Case]]] = {
     "read": suite_read, "decode": suite_decode, "baseline": suite_baseline,
-    "pipeline": suite_pipeline, "h2d": suite_h2d,
+    "pipeline": suite_pipeline, "loader": suite_loader, "h2d": suite_h2d,
 }

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..decode import image_ext
+from ..headers import image_ext
 from ..records import Manifest, Record, SplitInfo
 from ..storage import Location
 from ..storage.files import MAX_OPEN, MAX_OPEN_CACHED, ShardFiles

@@ -1,12 +1,16 @@
 """Process-group set-up for torchrun (NCCL on GPU, gloo on CPU) and the few collectives the loop uses."""
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from ..devices import resolve_device
+from ..resources import local_world_size
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -16,6 +20,7 @@ class DistEnv:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    local_world_size: int | None = None  # ranks on this node; None: torchrun's LOCAL_WORLD_SIZE (datapipe.resources)
 
     @property
     def distributed(self) -> bool:
@@ -24,6 +29,14 @@ class DistEnv:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+
+def group_backend(*, cuda: bool, local_ranks: int, gpus: int) -> str:
+    """nccl with a GPU per rank; gloo on CPU, and where ranks on this node outnumber its GPUs:
+    ranks then share a GPU (LOCAL_RANK modulo the GPUs), which NCCL refuses ("Duplicate GPU
+    detected"), while gloo all-reduces CUDA tensors through the host. Every rank on the node sees the
+    same counts, so all choose alike."""
+    return "nccl" if cuda and local_ranks <= gpus else "gloo"
 
 
 def setup(env: DistEnv) -> torch.device:
@@ -35,8 +48,14 @@ def setup(env: DistEnv) -> torch.device:
     if cuda:
         torch.cuda.set_device(device)
     if env.distributed and not dist.is_initialized():
-        dist.init_process_group("nccl" if cuda else "gloo", rank=env.rank, world_size=env.world_size,
-                               device_id=device if cuda else None)
+        local_ranks = env.local_world_size or local_world_size()
+        backend = group_backend(cuda=cuda, local_ranks=local_ranks, gpus=count)
+        if cuda and backend == "gloo":
+            log.warning("%d ranks on this node share %d GPU(s): NCCL needs one GPU per rank, so the ranks "
+                        "communicate through gloo (slower); start one rank per GPU (torchrun --nproc_per_node %d)",
+                        local_ranks, count, count)
+        dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
+                                device_id=device if backend == "nccl" else None)
     return device
 
 

@@ -6,7 +6,7 @@ import lmdb
 import pytest
 
 from datapipe import make_loader
-from datapipe.backends.base import TooManyBadSamples
+from datapipe.backends.bad_samples import TooManyBadSamples
 from datapipe.formats.lmdb import record_key
 from tests.conftest import BAD_FILES, IMAGEFOLDER
 

@@ -159,7 +159,7 @@ def test_a_file_that_changes_after_validation_is_skipped_not_stored(tmp_path):
     must be what the worker checked."""
     from converters.pack import _init_worker, _prepare, _stored_bytes
     from converters.plan import Task
-    from datapipe.decode import BadImageError
+    from datapipe.headers import BadImageError
 
     path = tmp_path / "a.jpg"
     shutil.copy(IMAGEFOLDER / "train/cat/cat_000.jpg", path)
@@ -194,3 +194,16 @@ def test_a_file_cut_inside_its_header_is_reported_and_the_run_goes_on(tmp_path, 
     skipped = read_manifest(tmp_path / f"out{suffix}").splits["train"].skipped
     assert report.skipped == 1 and [s["path"] for s in skipped] == ["train/cat/header_cut.jpg"]
     assert "truncated" in skipped[0]["reason"] and len(records(tmp_path / f"out{suffix}")) == 5
+
+
+def test_split_picks_one_split_of_a_train_val_folder(tmp_path):
+    """--split val on a SPLIT/CLASS/* folder converts val alone, labelled by train's classes; a split
+    the folder lacks is a one-line error (it used to convert every split, silently)."""
+    from converters import make_plan
+
+    plan = make_plan(IMAGEFOLDER, split="val")
+    assert plan.splits == ["val"] and plan.classes == make_plan(IMAGEFOLDER).classes
+    convert(IMAGEFOLDER, tmp_path / "val.lmdb", ConvertOptions(split="val"))
+    assert list(read_manifest(tmp_path / "val.lmdb").splits) == ["val"]
+    with pytest.raises(ValueError, match=r"--split 'test': .* has the splits train, val"):
+        make_plan(IMAGEFOLDER, split="test")

@@ -25,10 +25,9 @@ from converters.inputs import read_input
 from converters.members import ArchiveMember
 from datapipe import open_dataset, read_manifest
 from datapipe.cli import main
-from datapipe.decode import BadImageError
+from datapipe.headers import BadImageError
 from datapipe.inspect import verify
 from tests.converters.stopping import after_checkpoint, after_shards, kill_convert_when_stopped
-from tests.converters.test_ray import local_ray, ray_home  # noqa: F401  (fixtures: a local Ray, 2 CPUs)
 from tests.storage.test_convert_remote import same_dataset_files
 
 WNIDS = ["n01440764", "n01443537", "n01484850"]
@@ -318,13 +317,3 @@ def test_mat_reader_reads_scipy_files_and_matlab_compact_compressed_elements():
 def test_mat_reader_refuses_what_it_cannot_trust(blob, message):
     with pytest.raises(ValueError, match=message):
         read_mat(blob, where="meta.mat")
-
-
-# -- the Ray engine reads archive members on its workers ---------------------------------------------
-
-def test_ray_writes_the_shards_the_local_engine_writes(local_ray, download, tmp_path):  # noqa: F811
-    convert(download, tmp_path / "local.wds", ConvertOptions(**OPTIONS))
-    convert(download, tmp_path / "ray.wds", ConvertOptions(**{**OPTIONS, "workers": 0}, engine="ray"))
-    same_dataset_files(tmp_path / "local.wds", tmp_path / "ray.wds")
-    assert [s["path"] for s in read_manifest(tmp_path / "ray.wds").splits["train"].skipped] == [BAD]
-

@@ -15,12 +15,14 @@ import ray
 
 from converters import ConvertError, ConvertOptions, convert, make_plan
 from converters.engines.ray import RayEngine
+from datapipe import read_manifest
 from datapipe.formats import staging_path
 from tests.conftest import IMAGEFOLDER
 from tests.converters.faults import always_fails, dies_mid_shard_once
 from tests.converters.stopping import after_shards, kill_convert_when_stopped
 from tests.converters.test_resume import big_source  # noqa: F401  (a fixture: 900 images and two bad files)
 from tests.storage.conftest import s3  # noqa: F401  (moto's S3 server on 127.0.0.1)
+from tests.converters.test_imagenet_archives import download  # noqa: F401  (a fixture: synthetic archives)
 from tests.storage.test_convert_remote import same_bytes_as_local, same_dataset_files, upload_folder
 
 OPTIONS = dict(progress=False, shard_bytes=64 << 10)
@@ -119,3 +121,34 @@ def test_ray_reads_the_images_from_s3(local_ray, s3, tmp_path):  # noqa: F811
     convert(source, tmp_path / "ray.wds", ConvertOptions(**OPTIONS, engine="ray"))
     convert(IMAGEFOLDER, tmp_path / "local.wds", ConvertOptions(**OPTIONS, workers=2))
     same_dataset_files(tmp_path / "ray.wds", tmp_path / "local.wds", same_source=False)
+
+
+def test_a_long_tmpdir_gets_ray_a_short_temp_folder(tmp_path, monkeypatch):
+    """A Slurm job's $TMPDIR is often long; Ray's socket paths under it then overflow AF_UNIX's 107
+    bytes and a local Ray would not start. Joining a running cluster passes nothing."""
+    from converters.engines.ray import local_ray_options
+
+    long = tmp_path / ("job-" + "x" * 60)
+    long.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long))
+    assert local_ray_options(None, None) == {"_temp_dir": f"/tmp/ray-{os.getuid()}"}
+    assert local_ray_options("auto", None) == {} and local_ray_options(None, "head:6379") == {}
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp")
+    assert local_ray_options(None, None) == {}
+    start = ("import ray; from converters.engines.ray import local_ray_options; "
+             "ray.init(num_cpus=1, include_dashboard=False, _node_ip_address='127.0.0.1', "
+             "**local_ray_options(None, None)); print(ray.get(ray.put(7))); ray.shutdown()")
+    done = subprocess.run([sys.executable, "-c", start], env={**os.environ, "TMPDIR": str(long)},
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0 and done.stdout.strip().endswith("7"), done.stderr[-1500:]
+
+
+def test_ray_reads_imagenet_archive_members_into_the_shards_the_local_engine_writes(local_ray, download, tmp_path):  # noqa: F811
+    """converters.imagenet: the Ray workers read each member's byte range of the train tar (here, in
+    the module of the one local Ray: a second Ray started in one pytest process timed out)."""
+    from tests.converters.test_imagenet_archives import BAD, OPTIONS as ARCHIVE_OPTIONS
+
+    convert(download, tmp_path / "local.wds", ConvertOptions(**ARCHIVE_OPTIONS))
+    convert(download, tmp_path / "ray.wds", ConvertOptions(**{**ARCHIVE_OPTIONS, "workers": 0}, engine="ray"))
+    same_dataset_files(tmp_path / "local.wds", tmp_path / "ray.wds")
+    assert [s["path"] for s in read_manifest(tmp_path / "ray.wds").splits["train"].skipped] == [BAD]

@@ -49,7 +49,7 @@ def eight_gpus(monkeypatch):
 
 
 def test_loader_options_carry_the_ranks_index(eight_gpus):
-    from datapipe.backends.base import LoaderOptions
+    from datapipe.backends.options import LoaderOptions
 
     assert LoaderOptions(device="cuda").torch_device == torch.device("cuda", 5)
     assert LoaderOptions().torch_device == torch.device("cuda", 5)

@@ -73,6 +73,8 @@ def test_gradient_accumulation_and_profile_trace(learnable, tmp_path):
 
 
 def test_two_process_gloo_run_through_torchrun_ends_with_identical_weights(learnable, tmp_path):
+    """gloo on CPU. On a machine with one GPU both ranks share it, and ddp.setup uses gloo there too
+    (NCCL refuses two ranks on one GPU: "Duplicate GPU detected"); with two or more GPUs it is NCCL."""
     port = free_port()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(port),
@@ -91,7 +93,8 @@ def test_two_process_gloo_run_through_torchrun_ends_with_identical_weights(learn
 
 def test_two_rank_dali_run_over_uneven_shards_then_elastic_resume_on_one(packed_wds, tmp_path):
     """DALI under torchrun (gloo) over shards of 13 and 14 records at batch 13: every rank gets a
-    full batch (none empty, no NaN); stopped after one step, the run resumes on one process."""
+    full batch (none empty, no NaN); stopped after one step, the run resumes on one process. With
+    fewer GPUs than ranks, ddp.setup uses gloo (ranks share a GPU); with two or more, NCCL."""
     port = free_port()
     common = ["-m", "datapipe", "train", str(packed_wds), "--model", "resnet18", "--epochs", "2", "--batch-size", "13",
               "--image-size", "32", "--lr", "0.05", "--workers", "1", "--backend", "dali", "--out", str(tmp_path)]

@@ -24,19 +24,44 @@ import torch
 
 from ...formats.base import Dataset
 from ...sharding import EpochPlan, ShardPlan
-from ..base import BadSample, Batch, Loader, LoaderOptions, record_path
+from ..bad_samples import BadSample, record_path
+from ..base import Batch, Loader
+from ..options import LoaderOptions
 from ..deaths import UNKNOWN_EXIT, WorkerDied, exit_description, worker_died
-from .graph import build_pipeline
+from .graph import HW_DECODER_LOAD, build_pipeline, thread_budget
+from .handoff import Handoff
 from .source import EpochTable, PlannedSource, ViewSettings
 
 log = logging.getLogger(__name__)
 
 
-def pip_hint() -> str:
-    """The extra that matches the installed torch's CUDA major version."""
-    cuda = torch.version.cuda or ""
-    extra = "dali-cu13" if cuda.startswith("13") else "dali-cu12"
-    return f"pip install 'datapipe[{extra}]' (the DALI build for torch's CUDA {cuda or 'none (CPU build)'})"
+def pip_hint(cuda: str | None = None) -> str:
+    """What to install: the DALI build for torch's CUDA major version (`cuda`: torch.version.cuda).
+    CUDA 11 has no datapipe extra: its DALI build, nvidia-dali-cuda110, ended at 1.50."""
+    cuda = torch.version.cuda if cuda is None else cuda
+    major = (cuda or "").split(".")[0]
+    if major == "11":
+        return f"pip install 'nvidia-dali-cuda110>=1.30' (the DALI build for torch's CUDA {cuda}; its last release is 1.50)"
+    extra = "dali-cu13" if major == "13" else "dali-cu12"
+    return f"pip install 'datapipe[{extra}]' (the DALI build for torch's CUDA {cuda or 'none (a CPU build of torch)'})"
+
+
+def choose_start_method(requested: str | None, *, cuda_device: bool, cuda_initialized: bool) -> str:
+    """How DALI starts its source workers: as requested, else spawn on a CUDA device or once CUDA
+    is initialised in this process (DALI refuses to fork then), else fork (fast)."""
+    if requested:
+        return requested
+    return "spawn" if cuda_device or cuda_initialized else "fork"
+
+
+def cuda_initialized() -> bool:
+    """Whether anything in this process initialised the CUDA driver: torch, or DALI itself (which
+    torch.cuda.is_initialized() cannot see; DALI's own check before a fork sees both)."""
+    if torch.cuda.is_initialized():
+        return True
+    from nvidia.dali import backend
+
+    return bool(backend.IsDriverInitialized())
 
 
 def require_dali():
@@ -97,28 +122,31 @@ class DaliLoader(Loader):
         settings = ViewSettings(options.image_size, options.train, options.seed, options.on_error == "skip",
                                 not dataset.validated)
         self.source = PlannedSource(dataset, plan, self.table, settings)
-        self.threads = max(1, options.workers)  # DALI's CPU threads; its source workers get half as many
+        self.threads, self.py_workers = thread_budget(max(1, options.workers), cuda=self.device.type == "cuda")
+        self.hw_decoder_load = HW_DECODER_LOAD  # set before the first batch: 0 keeps JPEGs off the hardware decoder
+        self._handoff = Handoff(self.device) if self.device.type == "cuda" else None
         self._pipe = None
         self._iterator = None
         self._dali_epoch = -1
 
     @property
     def start_method(self) -> str:
-        """spawn on CUDA: DALI refuses fork once its own build initialised the CUDA driver, which
-        torch.cuda.is_initialized() cannot see. fork otherwise (fast), unless options say."""
-        return self.options.start_method or ("spawn" if self.device.type == "cuda" else "fork")
+        """spawn on CUDA or once CUDA is initialised in this process (DALI refuses fork then, even
+        for a CPU pipeline); fork otherwise (fast), unless options say."""
+        return choose_start_method(self.options.start_method, cuda_device=self.device.type == "cuda",
+                                   cuda_initialized=cuda_initialized())
 
     def _build(self) -> None:
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
-        threads = self.threads
         cuda = self.device.type == "cuda"
         seed = int(np.random.default_rng([self.options.seed, self.shard.rank]).integers(2**31))
         self._pipe = build_pipeline(
-            self.source, batch_size=self.plan.batch_size, threads=threads, py_workers=max(1, threads // 2),
+            self.source, batch_size=self.plan.batch_size, threads=self.threads, py_workers=self.py_workers,
             device_id=self.device.index if cuda else None, start_method=self.start_method, seed=seed,
             size=self.options.image_size, channels_last=self.options.channels_last,
-            half=self.options.dtype == torch.float16)
+            half=self.options.dtype == torch.float16, hw_decoder_load=self.hw_decoder_load,
+            preallocate=self.options.train)
         self._pipe.build()
         self._iterator = DALIGenericIterator([self._pipe], ["images", "labels", "indices", "replaced"],
                                              last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=False,
@@ -205,10 +233,13 @@ class DaliLoader(Loader):
         if bool((replaced >= 0).any()):
             self.count_bad([BadSample(r, record_path(self.dataset, r), self.source.problem(epoch, r) or "rejected", i)
                             for r, i in zip(replaced.tolist(), indices.tolist()) if r >= 0])
-        labels = out["labels"].reshape(-1).to(torch.int64)
-        images = out["images"]
-        if self.options.channels_last:
-            images = images.permute(0, 3, 1, 2)
-        images = images.to(self.device, self.options.dtype, non_blocking=True)
+        images = out["images"].permute(0, 3, 1, 2) if self.options.channels_last else out["images"]
         fmt = torch.channels_last if self.options.channels_last else torch.contiguous_format
-        return Batch(images.contiguous(memory_format=fmt), labels.to(self.device, non_blocking=True), indices)
+        labels = out["labels"].reshape(-1)
+        if self._handoff is None:  # a CPU pipeline: host memory DALI keeps while it is referenced
+            images = images.to(self.options.dtype).contiguous(memory_format=fmt)
+            return Batch(images, labels.to(torch.int64), indices)
+        images = self._handoff.own(images, dtype=self.options.dtype, memory_format=fmt)  # handoff.py
+        labels = self._handoff.own(labels, dtype=torch.int64)
+        self._handoff.keep(out)
+        return Batch(images, labels, indices)

@@ -19,12 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from ...decode import BadImageError, image_ext, jpeg_scan_start
 from ...formats.base import Dataset
+from ...geometry import sample_rng
+from ...headers import BadImageError, image_ext, jpeg_scan_start
+from ...layout import view_geometry
 from ...sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan
 from ...storage.isolate import forks_nothing, may_fork_workers
-from ...transforms import sample_rng, view_geometry
-from ..base import serve_or_substitute
+from ..bad_samples import serve_or_substitute
 
 RING = 16  # rows of the table; only the DALI epoch being drained and the next one are ever live
 NO_LIMIT = np.iinfo(np.int64).max
