@@ -98,18 +98,22 @@ def regions(width: int, height: int, rng: random.Random):
         yield rng.randint(0, width - w), rng.randint(0, height - h), w, h
 
 
+def every_region_equals(data: bytes, full: np.ndarray, factor: int, seed: str) -> None:
+    """decode_region of each of `regions` equals that region of `full` (a whole decode at 1/factor)."""
+    for left, top, w, h in regions(full.shape[1], full.shape[0], random.Random(seed)):
+        got = region(data, factor, left, top, w, h)
+        want = full[top:top + h, left:left + w]
+        assert np.array_equal(got, want), f"{seed}: 1/{factor} region {(left, top, w, h)}: " \
+                                          f"max diff {np.abs(got.astype(int) - want).max()}"
+
+
 @needs_region
 @pytest.mark.parametrize("name", sorted(JPEGS))
 @pytest.mark.parametrize("factor", [1, 2, 4, 8])
 def test_region_equals_the_whole_decode_cut_to_it(name, factor):
     data = JPEGS[name]
     full = whole(data, factor)
-    rng = random.Random(f"{name}{factor}")
-    for left, top, w, h in regions(full.shape[1], full.shape[0], rng):
-        got = region(data, factor, left, top, w, h)
-        want = full[top:top + h, left:left + w]
-        assert np.array_equal(got, want), f"{name} 1/{factor} region {(left, top, w, h)}: " \
-                                          f"max diff {np.abs(got.astype(int) - want).max()}"
+    every_region_equals(data, full, factor, f"{name}{factor}")
 
 
 @needs_region
@@ -124,12 +128,7 @@ def test_a_cmyk_region_equals_pillows_rgb_cut_to_it(name, factor):
     img.draft("CMYK", (max(1, width // factor), max(1, height // factor)))
     full = np.asarray(img.convert("RGB"))
     assert full.shape[:2] == (math.ceil(height / factor), math.ceil(width / factor))
-    rng = random.Random(f"{name}{factor}")
-    for left, top, w, h in regions(full.shape[1], full.shape[0], rng):
-        got = region(data, factor, left, top, w, h)
-        want = full[top:top + h, left:left + w]
-        assert np.array_equal(got, want), f"{name} 1/{factor} region {(left, top, w, h)}: " \
-                                          f"max diff {np.abs(got.astype(int) - want).max()}"
+    every_region_equals(data, full, factor, f"{name}{factor}")
 
 
 @needs_region

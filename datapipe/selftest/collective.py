@@ -64,17 +64,23 @@ def all_reduce_check(world: int, *, backend: str = "nccl", nbytes: int = 64 << 2
     with tempfile.TemporaryDirectory() as folder:
         context = start_processes(_rank, args=(world, _free_port(), folder, backend, numel), nprocs=world,
                                   join=False, start_method="spawn")
-        deadline = time.monotonic() + timeout
-        while not context.join(timeout=max(0.0, deadline - time.monotonic())):
-            if time.monotonic() >= deadline:
-                for process in context.processes:
-                    if process.is_alive():
-                        process.kill()
-                    process.join()
-                break
+        join_within(context, timeout)
         reports = [Path(folder, f"rank{r}.json") for r in range(world)]
         outcomes = [json.loads(p.read_text()) if p.is_file() else {"error": "timed out"} for p in reports]
     return all_reduce_result(check, outcomes, nbytes=numel * 4)
+
+
+def join_within(context, timeout: float) -> None:
+    """Wait for torch.multiprocessing's spawned ranks for `timeout` seconds at most; kill those still
+    running then (a rank waiting for a peer that died would wait forever)."""
+    deadline = time.monotonic() + timeout
+    while not context.join(timeout=max(0.0, deadline - time.monotonic())):
+        if time.monotonic() >= deadline:
+            for process in context.processes:
+                if process.is_alive():
+                    process.kill()
+                process.join()
+            return
 
 
 def all_reduce_result(check: str, outcomes: list[dict], *, nbytes: int) -> Result:

@@ -3,13 +3,13 @@ deadline: a rank stuck in a collective is killed and reported, so a test fails i
 import json
 import os
 import tempfile
-import time
 from datetime import timedelta
 from pathlib import Path
 
 import torch.distributed as dist
 from torch.multiprocessing.spawn import start_processes
 
+from datapipe.selftest.collective import join_within
 from datapipe.train import DistEnv, Trainer
 from tests.train.support import config, free_port
 
@@ -22,14 +22,7 @@ def spawn_ranks(fn, world_size: int, *args, timeout: float = 180) -> list[dict]:
     with tempfile.TemporaryDirectory() as folder:
         context = start_processes(_rank_main, args=(fn, world_size, free_port(), folder, args), nprocs=world_size,
                                   join=False, start_method="spawn")
-        deadline = time.monotonic() + timeout
-        while not context.join(timeout=max(0.0, deadline - time.monotonic())):
-            if time.monotonic() >= deadline:
-                for process in context.processes:
-                    if process.is_alive():
-                        process.kill()
-                    process.join()
-                break
+        join_within(context, timeout)
         reports = [Path(folder) / f"rank{rank}.json" for rank in range(world_size)]
         return [json.loads(r.read_text()) if r.is_file() else {"error": "Timeout"} for r in reports]
 
