@@ -35,6 +35,7 @@ class Normalizer:
         std = torch.tensor(IMAGENET_STD, device=device)
         self.scale = (1 / (std * 255)).view(1, 3, 1, 1)  # (x - 255 mean) / (255 std) = x * scale + bias
         self.bias = (-torch.tensor(IMAGENET_MEAN, device=device) / std).view(1, 3, 1, 1)
+        self._row_scale, self._row_bias = self.scale[0], self.bias[0]  # one image's: sample_into, per sample
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         if self.device.type != "cpu":
@@ -63,13 +64,13 @@ class Normalizer:
         from several threads at once."""
         if self.dtype == torch.float32:
             row.copy_(pixels)
-            row.mul_(self.scale[0]).add_(self.bias[0])
+            row.mul_(self._row_scale).add_(self._row_bias)
             return
         scratch = getattr(_SCRATCH, "image", None)  # float32 first, as __call__ does, then the dtype
         if scratch is None or scratch.shape != pixels.shape:
             scratch = _SCRATCH.image = torch.empty(pixels.shape, dtype=torch.float32)
         scratch.copy_(pixels)
-        row.copy_(scratch.mul_(self.scale[0]).add_(self.bias[0]))
+        row.copy_(scratch.mul_(self._row_scale).add_(self._row_bias))
 
     def _empty(self, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
         if self.device.type == "cpu":
