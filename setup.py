@@ -1,12 +1,13 @@
-"""The one compiled part: datapipe._jpeg_region, a region (crop) JPEG decoder over the system
-libjpeg-turbo. It is optional: without libjpeg headers (Debian/Ubuntu: libjpeg-dev) the build
-skips it and the train view decodes whole images with simplejpeg instead (same pixels, slower)."""
+"""The compiled parts, both optional (a failed build is skipped, and the same values come from a
+slower path):
+- datapipe._jpeg_region, a region (crop) JPEG decoder over the system libjpeg-turbo. Without libjpeg
+  headers (Debian/Ubuntu: libjpeg-dev) the train view decodes whole images with simplejpeg instead;
+- datapipe._normalize, uint8 -> normalized rows by table for the thread backend (else torch's ops)."""
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension(
-    "datapipe._jpeg_region",
-    sources=["datapipe/_jpeg_region.c"],
-    libraries=["jpeg"],
-    extra_compile_args=["-O2"],
-    optional=True,
-)])
+setup(ext_modules=[
+    Extension("datapipe._jpeg_region", sources=["datapipe/_jpeg_region.c"], libraries=["jpeg"],
+              extra_compile_args=["-O2"], optional=True),
+    Extension("datapipe._normalize", sources=["datapipe/_normalize.c"], extra_compile_args=["-O3"],
+              optional=True),
+])

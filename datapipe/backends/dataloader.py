@@ -20,6 +20,9 @@ from .deaths import DEFERRED, WorkerDied, torch_worker_died
 
 log = logging.getLogger(__name__)
 Decoded = tuple[torch.Tensor, int, int, BadSample | None]
+# normalized host batches (a CPU device) kept for reuse: the caller's, the one being made, its
+# float32 step (bf16/fp16), and one a trainer may hold ahead (Lightning's prefetching fetcher)
+KEEP_BATCHES = 4
 
 
 class DecodedRecords(torch.utils.data.Dataset):
@@ -108,7 +111,7 @@ class ProcessLoader(Loader):
             prefetch_factor=options.prefetch_factor if workers else None,
             persistent_workers=workers > 0 and options.persistent_workers,
             multiprocessing_context=options.start_method if workers else None)
-        self.normalize = Normalizer(self.device, options.dtype, options.channels_last)
+        self.normalize = Normalizer(self.device, options.dtype, options.channels_last, keep=KEEP_BATCHES)
 
     def _worker_died(self, exc: Exception) -> WorkerDied | None:
         return torch_worker_died(self.backend, exc) if self.options.workers else None
@@ -133,5 +136,8 @@ class ProcessLoader(Loader):
         return self.normalize.batch(images, labels, indices)
 
     def _iterate(self, epoch: int, offset: int) -> Iterator[Batch]:
-        for host in self.host_batches(epoch, offset):
-            yield self.to_device(*host)
+        try:
+            for host in self.host_batches(epoch, offset):
+                yield self.to_device(*host)
+        finally:
+            self.normalize.release()

@@ -21,15 +21,18 @@ class PrefetchLoader(ProcessLoader):
         stream = torch.cuda.Stream(device=self.device) if cuda else None
         current = torch.cuda.current_stream(self.device) if cuda else None
         ready: Batch | None = None
-        for host in self.host_batches(epoch, offset):
-            with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
-                upcoming = self.to_device(*host)
+        try:
+            for host in self.host_batches(epoch, offset):
+                with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
+                    upcoming = self.to_device(*host)
+                if ready is not None:
+                    yield ready  # the caller queues its step on the current stream before we return here
+                if cuda:
+                    current.wait_stream(stream)  # upcoming's copy + normalize precede any use of it
+                    for tensor in (upcoming.images, upcoming.labels):  # indices stay on the host
+                        tensor.record_stream(current)  # its memory is not reused while current may read it
+                ready = upcoming
             if ready is not None:
-                yield ready  # the caller queues its step on the current stream before we return here
-            if cuda:
-                current.wait_stream(stream)  # upcoming's copy + normalize precede any use of it
-                for tensor in (upcoming.images, upcoming.labels):  # indices stay on the host
-                    tensor.record_stream(current)  # its memory is not reused while current may read it
-            ready = upcoming
-        if ready is not None:
-            yield ready
+                yield ready
+        finally:
+            self.normalize.release()

@@ -184,7 +184,9 @@ class ThreadLoader(Loader):
         super().__init__(dataset, plan, options, reason=reason)
         self.device = options.torch_device
         self.batch_plan = EpochBatches(plan)
-        self.normalize = Normalizer(self.device, options.dtype, options.channels_last)
+        # fused: prefetch_factor batches being filled, the one being handed over, the caller's, and
+        # one a trainer may hold ahead (Lightning's fetcher): reused once let go of (BatchPool)
+        self.normalize = Normalizer(self.device, options.dtype, options.channels_last, keep=options.prefetch_factor + 3)
         self.fused = self.device.type == "cpu"
         self._ring: list[Slot] | None = None  # kept between iterations (pinned memory is slow to allocate)
 
@@ -235,10 +237,11 @@ class ThreadLoader(Loader):
         finally:
             if pool.close():  # no thread writes into the ring any more: the next iteration may reuse it
                 self._ring = list(ring)
+            self.normalize.release()
 
     def _job(self, items: list[Item], free: deque[Slot]) -> BatchJob:
-        """A batch to fill: fused, a new output batch that the threads normalize into; else the next
-        free slot of the ring."""
+        """A batch to fill: fused, an output batch that the threads normalize into (new, or the memory
+        of one the caller has let go of); else the next free slot of the ring."""
         if self.fused:
             return BatchJob(self.normalize.empty(len(items), self.options.image_size), self.normalize.sample_into, items)
         slot = free.popleft()

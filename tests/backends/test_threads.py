@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from datapipe import make_loader
+from datapipe.backends import normalize as normalize_module
 from datapipe.backends.threads import THREAD_PREFIX
 from datapipe.formats.lmdb import LmdbDataset
 from datapipe.storage import StoreError
@@ -121,10 +122,18 @@ def test_auto_picks_threads_for_a_local_dataset_and_processes_for_a_remote_one_s
     assert name == "threads" and "measured" in reason
 
 
-@pytest.mark.parametrize("dtype,channels_last", [(torch.float32, True), (torch.bfloat16, False), (torch.float16, True)])
-def test_fused_normalize_gives_the_dataloader_backends_values_in_every_dtype_and_layout(packed_lmdb, dtype, channels_last):
+@pytest.mark.parametrize("path", ["table", "torch"])
+@pytest.mark.parametrize("dtype,channels_last", [(torch.float32, False), (torch.float32, True), (torch.bfloat16, False),
+                                                 (torch.float16, True)])
+def test_fused_normalize_gives_the_dataloader_backends_values_in_every_dtype_and_layout(packed_lmdb, dtype, channels_last,
+                                                                                        path, monkeypatch):
     """Each decode thread normalizes its own sample on a CPU device: the same values, dtype and memory
-    format as the dataloader backend's whole-batch normalize."""
+    format as the dataloader backend's whole-batch normalize, by the compiled table and by torch's
+    operations (what a build without the optional extension uses)."""
+    if path == "table":
+        pytest.importorskip("datapipe._normalize", reason="the optional compiled normalize is not built")
+    else:
+        monkeypatch.setattr(normalize_module, "_normalize", None)
     options = dict(TINY, dtype=dtype, channels_last=channels_last)
     threads = make_loader(packed_lmdb, backend="threads", **options)
     assert threads.fused
