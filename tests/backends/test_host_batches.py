@@ -93,3 +93,21 @@ def test_the_compiled_normalize_refuses_sizes_that_do_not_fit(image, row, table,
 def test_the_compiled_normalize_refuses_a_read_only_row():
     with pytest.raises(TypeError):
         normalize.normalize_into(np.zeros(48, np.uint8), bytes(192), bytes(768 * 4), False)
+
+
+@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("side,offset", [(224, 0), (7, 0), (224, 1), (33, 3)])
+def test_the_compiled_normalize_maps_every_pixel_through_its_channels_table(itemsize, channels_last, side, offset):
+    """Item for item what indexing the table gives, in both layouts and item sizes, for rows on a
+    16-byte boundary (whole blocks streamed) and off it, and sizes that leave a tail."""
+    rng = np.random.default_rng(side + offset)
+    dtype = {2: np.uint16, 4: np.uint32}[itemsize]
+    table = rng.integers(0, np.iinfo(dtype).max, (3, 256), dtype=dtype)
+    image = rng.integers(0, 256, (3, side, side), dtype=np.uint8)
+    memory = np.zeros(3 * side * side + offset + 16, dtype)
+    row = memory[offset:offset + 3 * side * side]
+    normalize.normalize_into(image, row.view(np.uint8), table.tobytes(), channels_last)
+    expected = np.stack([table[c][image[c]] for c in range(3)])  # CHW
+    assert np.array_equal(row, (expected.transpose(1, 2, 0) if channels_last else expected).reshape(-1))
+    assert not memory[offset + 3 * side * side:].any() and not memory[:offset].any()  # nothing written beside
