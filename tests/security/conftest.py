@@ -3,12 +3,11 @@ and an HTTP server that answers every request with one fixed error status and bo
 from __future__ import annotations
 
 import http.server
-import threading
 
 import pytest
 
 from tests.processes import deadline
-from tests.storage.conftest import http_root, isolated_cache, s3, upload_folder  # noqa: F401 (fixtures)
+from tests.storage.conftest import http_root, isolated_cache, s3, serve, stop_serving, upload_folder  # noqa: F401
 
 
 class FixedAnswer(http.server.BaseHTTPRequestHandler):
@@ -36,15 +35,13 @@ def failing_http(tmp_path, monkeypatch):
     def start(status: int, body: str = "") -> str:
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FixedAnswer)
         server.status, server.body = status, body
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
+        servers.append(serve(server))
         return f"127.0.0.1:{server.server_address[1]}"
 
     isolated_cache(monkeypatch, tmp_path)
     yield start
     for server in servers:
-        server.shutdown()
-        server.server_close()
+        stop_serving(server)
 
 
 @pytest.fixture(autouse=True)

@@ -3,23 +3,59 @@ that answers Range requests (what obstore's HTTP store sends)."""
 from __future__ import annotations
 
 import http.server
+import os
 import re
+import socket
 import threading
 import urllib.request
+import weakref
 from pathlib import Path
 
 import pytest
 
+# The servers run in the test process, and everything it forks (the store helpers, DataLoader and reader
+# workers) would inherit their listening sockets: a stopped server's port would still take connections
+# into a backlog nobody accepts, and a request made in such a child hangs for its read timeout, three
+# times over the retry budget (~65 s), instead of being refused like a request to a server that is gone.
+_LISTENING: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+
+
+def _close_listening_in_child() -> None:
+    for sock in list(_LISTENING):
+        sock.close()
+
+
+os.register_at_fork(after_in_child=_close_listening_in_child)
+
+
+POLL_S = 0.02  # how soon serve_forever sees a shutdown: socketserver's 0.5 s default was every test's teardown
+
+
+def serve(server):
+    """Serve a socketserver-style server in a daemon thread; its listening socket is closed in
+    every child forked from here."""
+    _LISTENING.add(server.socket)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": POLL_S}, daemon=True).start()
+    return server
+
+
+def stop_serving(server) -> None:
+    """Shut the server down and close its socket: new connections are refused."""
+    server.shutdown()
+    server.server_close()
+
 
 class S3Server:
-    """moto's ThreadedMotoServer on 127.0.0.1, port 0; the AWS_* variables point at it."""
+    """moto's S3 server (the app and handler its ThreadedMotoServer runs) on 127.0.0.1, port 0; the
+    AWS_* variables point at it."""
 
     def __init__(self) -> None:
-        from moto.server import ThreadedMotoServer
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+        from werkzeug.serving import make_server
 
-        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        self.server.start()
-        host, port = self.server.get_host_and_port()
+        self.server = serve(make_server("127.0.0.1", 0, DomainDispatcherApplication(create_backend_app),
+                                        threaded=True, request_handler=MotoRequestHandler))
+        host, port = self.server.server_address[:2]
         self.endpoint = f"http://{host}:{port}"
 
     def bucket(self, name: str) -> str:
@@ -28,9 +64,7 @@ class S3Server:
 
     def stop(self) -> None:
         """Shut the server down and close its socket: new connections are refused."""
-        self.server.stop()
-        if self.server._server is not None:
-            self.server._server.server_close()
+        stop_serving(self.server)
 
 
 def isolated_cache(monkeypatch, tmp_path) -> None:
@@ -89,13 +123,10 @@ def http_root(tmp_path, monkeypatch):
     root = tmp_path / "www"
     root.mkdir()
     handler = lambda *a, **k: RangeHandler(*a, directory=str(root), **k)  # noqa: E731
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = serve(http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler))
     isolated_cache(monkeypatch, tmp_path)
     yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    stop_serving(server)
 
 
 def upload_folder(folder: Path, url: str) -> None:

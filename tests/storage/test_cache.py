@@ -24,7 +24,7 @@ from datapipe.storage import CacheFull, RemoteStore, ShardCache, StoreError
 from datapipe.storage.cache import STALE_PART_S
 from datapipe.storage.cachedir import default_cache_dir, filesystem_type, warn_if_network
 from datapipe.storage.isolate import call_in_child, forks_nothing
-from tests.storage.conftest import upload_folder
+from tests.storage.conftest import serve, stop_serving, upload_folder
 
 FILE_BYTES = 48 << 10
 FILES = 10
@@ -72,13 +72,11 @@ class FlakyProxy:
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = relay
 
         self.counts = counts
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = serve(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler))
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        stop_serving(self.server)
 
 
 def _read_randomly(url: str, root: str, limit: int, files: dict, seed: int, out: str) -> None:

@@ -9,11 +9,12 @@ import shutil
 import pytest
 
 from datapipe import make_loader, open_dataset
-from datapipe.storage import StoreNotFound, StoreUnavailable
+from datapipe.storage import RetryPolicy, StoreNotFound, StoreUnavailable
 
 from tests.storage.conftest import upload_folder
 
 SMALL = dict(batch_size=4, image_size=32, device="cpu", num_workers=2)
+FAIL_FAST = RetryPolicy(max_retries=2, first_backoff_s=0.01, max_backoff_s=0.05, budget_s=5)
 
 
 @pytest.fixture
@@ -111,6 +112,7 @@ def test_a_full_cache_serves_epoch_two_after_the_server_is_gone(s3, s3_wds):
 
 def test_a_server_gone_mid_epoch_ends_in_an_error_naming_the_shard(s3, s3_wds, caplog):
     loader = make_loader(s3_wds, backend="dataloader", **{**SMALL, "num_workers": 0})
+    loader.dataset.location.store.retry = FAIL_FAST  # refused at once: not the default's ~12 s of backoff
     loader.set_epoch(0)
     batches = iter(loader)
     next(batches)

@@ -6,6 +6,7 @@ import tempfile
 from datetime import timedelta
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 from torch.multiprocessing.spawn import start_processes
 
@@ -14,6 +15,10 @@ from datapipe.train import DistEnv, Trainer
 from tests.train.support import config, free_port
 
 GLOO_TIMEOUT = timedelta(seconds=20)  # a collective that a peer never joins fails after this
+# A spawned rank's default start method is spawn: each loader worker would import torch anew (~1.5 s a
+# run on 2 cores). These tests are about the loop across ranks, not how workers start (tests/storage,
+# tests/trainers start them every way).
+WORKERS_FORKED = dict(start_method="fork")
 
 
 def spawn_ranks(fn, world_size: int, *args, timeout: float = 180) -> list[dict]:
@@ -30,6 +35,7 @@ def spawn_ranks(fn, world_size: int, *args, timeout: float = 180) -> list[dict]:
 def _rank_main(rank: int, fn, world_size: int, port: int, folder: str, args: tuple) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(world_size))
+    torch.set_num_threads(1)  # as torchrun does (OMP_NUM_THREADS=1): a thread per core in each rank oversubscribes
     try:
         dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=GLOO_TIMEOUT)
         outcome = {"result": fn(rank, world_size, *args)}
@@ -57,12 +63,12 @@ class NanLossTrainer(Trainer):
 
 def nan_loss_run(rank: int, world_size: int, data: str, out: str, nan_rank: int, nan_step: int, log_every: int):
     """Two epochs at batch 6 (6 steps per epoch on each of 2 ranks)."""
-    trainer = NanLossTrainer(config(data, out, epochs=2, batch_size=6, log_every=log_every),
+    trainer = NanLossTrainer(config(data, out, epochs=2, batch_size=6, log_every=log_every, **WORKERS_FORKED),
                              DistEnv(rank, world_size, rank), nan_rank=nan_rank, nan_step=nan_step)
     return trainer.fit()
 
 
 def train_run(rank: int, world_size: int, data: str, out: str, options: dict):
     """train() on this rank with config(data, out, **options); returns the metrics."""
-    trainer = Trainer(config(data, out, **options), DistEnv(rank, world_size, rank))
+    trainer = Trainer(config(data, out, **{**WORKERS_FORKED, **options}), DistEnv(rank, world_size, rank))
     return trainer.fit()
