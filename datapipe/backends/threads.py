@@ -12,10 +12,12 @@ Two ways to fill a batch (`ThreadLoader.fused`):
   completed)."""
 from __future__ import annotations
 
+import atexit
 import copy
 import logging
 import queue
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 
@@ -124,6 +126,19 @@ def _decode_loop(tasks: queue.SimpleQueue, stop: threading.Event, make_records: 
         job.fill(records, k)
 
 
+_RUNNING: weakref.WeakSet[DecodePool] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_running_pools() -> None:
+    """Stop and join the decode threads of iterations still open when the interpreter exits (an
+    iterator kept in a global, a notebook kernel shutting down): a daemon thread still inside torch
+    or libjpeg when Python finalizes aborts the process ("terminate called without an active
+    exception", exit status 134)."""
+    for pool in list(_RUNNING):
+        pool.close()
+
+
 class DecodePool:
     """A fixed pool of named decode threads, each with its own view of the dataset, serving samples
     of submitted batches from one queue. `close()` stops and joins them."""
@@ -137,6 +152,7 @@ class DecodePool:
                                          name=f"{THREAD_PREFIX}-{k}", daemon=True) for k in range(workers)]
         for thread in self.threads:
             thread.start()
+        _RUNNING.add(self)
 
     def submit(self, job: BatchJob) -> None:
         if job.slot is not None:
@@ -166,6 +182,7 @@ class DecodePool:
             if thread.is_alive():
                 log.warning("%s did not stop within %.0f s of the iteration's end", thread.name, JOIN_TIMEOUT_S)
         torch.set_num_threads(self.torch_threads)  # the caller's own setting: unchanged by this call
+        _RUNNING.discard(self)
         return not any(thread.is_alive() for thread in self.threads)
 
 

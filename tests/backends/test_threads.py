@@ -1,6 +1,8 @@
 """The thread backend: the dataloader backend's batches exactly, its buffers never reused early, no
 decode thread left behind, and an error in a thread raised in the consumer, naming the record."""
 import gc
+import subprocess
+import sys
 import threading
 import time
 
@@ -90,6 +92,25 @@ def test_an_abandoned_iteration_leaves_no_decode_thread(packed_lmdb):
         del batches, cycle, loader
         gc.collect()
     assert not decode_threads()
+
+
+EXIT_WITH_AN_OPEN_ITERATOR = """
+import sys
+from datapipe import make_loader
+loader = make_loader(sys.argv[1], backend="threads", batch_size=8, image_size=320, num_workers=2, prefetch_factor=4)
+batches = iter(loader)  # kept in a global: still open when the interpreter exits
+next(batches)
+"""
+
+
+def test_the_interpreter_exits_cleanly_with_an_iteration_still_open(packed_lmdb):
+    """A script that keeps an iterator in a global and ends while its decode threads are busy: the
+    threads are stopped before Python finalizes. Before, a thread still inside torch's resize then
+    aborted the process (status 134, "terminate called without an active exception") in most runs."""
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", EXIT_WITH_AN_OPEN_ITERATOR, str(packed_lmdb)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and "terminate called" not in done.stderr, done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("on_error, error, match", [
