@@ -293,11 +293,30 @@ def main() -> int:
     peers_python = str(args.peers_venv / "bin" / "python")
     if not Path(peers_python).exists():
         sys.exit(f"no peers venv at {args.peers_venv}: run with --setup first")
+    machine = machine_description()
+    print(f"machine: {machine['cpu']}, {machine['cpus']} CPUs, SIMD: {' '.join(machine['simd']) or 'baseline'}")
     reports = {str(folder): compare(folder, args, peers_python) for folder in args.folders}
     if args.json:
         args.json.write_text(json.dumps({"workers": args.workers, "passes": args.passes, "epochs": args.epochs,
-                                         "corpora": reports}, indent=1))
+                                         "machine": machine, "corpora": reports}, indent=1))
     return 0
+
+
+def machine_description() -> dict:
+    """The CPU the figures were taken on (Linux): its model and vector extensions. Peers that compile
+    for the host CPU (FFCV's numba pipeline) or dispatch on it (OpenCV) move with them."""
+    model, flags = "unknown", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    except OSError:
+        pass
+    simd = sorted(f for f in flags if f.startswith(("avx", "sse4", "amx")))
+    return {"cpu": model, "cpus": os.cpu_count(), "simd": simd}
 
 
 def run_as_child(name: str, *rest: str) -> int:
