@@ -1,5 +1,7 @@
 """Output batches in host memory: uninitialised NCHW CPU tensors on NumPy memory, and a pool that
-writes a new batch into the memory of an old one once nothing holds the old one any more."""
+writes a new batch into the memory of an old one once nothing holds the old one any more. NumPy
+asks Linux for transparent huge pages on arrays over 4 MB, so even a fresh 38 MB float batch costs
+a few dozen page faults instead of ~9,400 (the CPU normalize ran 2.4x faster on it, measured)."""
 from __future__ import annotations
 
 import sys
@@ -14,13 +16,6 @@ def as_batch(array: np.ndarray, shape: torch.Size, dtype: torch.dtype, channels_
     n, c, h, w = shape
     raw = torch.from_numpy(array[:n * c * h * w * dtype.itemsize]).view(dtype)
     return raw.view(n, h, w, c).permute(0, 3, 1, 2) if channels_last else raw.view(n, c, h, w)
-
-
-def hugepage_empty(shape: torch.Size, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
-    """An uninitialised NCHW CPU tensor whose memory NumPy allocates: NumPy asks Linux for
-    transparent huge pages on arrays over 4 MB, so a fresh 38 MB float batch costs a few dozen page
-    faults instead of ~9,400, which made the CPU normalize 2.4x faster (16.3 -> 6.8 ms, measured)."""
-    return as_batch(np.empty(shape.numel() * dtype.itemsize, np.uint8), shape, dtype, channels_last)
 
 
 class BatchPool:
@@ -38,13 +33,15 @@ class BatchPool:
         self.keep = keep
         self.allocated = self.reused = 0
         self._arrays: list[np.ndarray] = []
+        probe = [np.empty(0, np.uint8)]
+        self._unheld = sys.getrefcount(probe[0])  # an array only the list holds, as this interpreter counts it
 
     def empty(self, shape: torch.Size, dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
         nbytes = shape.numel() * dtype.itemsize
         arrays = self._arrays
         for k in range(len(arrays)):
-            # 2 references: the list's and getrefcount's argument; any tensor on it adds one
-            if arrays[k].nbytes >= nbytes and sys.getrefcount(arrays[k]) == 2:
+            # only the list holds it (2 on CPython 3.11: the list and the argument); a tensor on it adds one
+            if arrays[k].nbytes >= nbytes and sys.getrefcount(arrays[k]) == self._unheld:
                 self.reused += 1
                 return as_batch(arrays[k], shape, dtype, channels_last)
         self.allocated += 1
