@@ -49,8 +49,10 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
                    help="CMYK, EXIF-rotated, palette and RGBA images: keep their original bytes (datapipe's "
                         "backends apply the RGB rule when decoding, default) or store RGB PNGs that any "
                         "other decoder reads by the rule (bigger, slower to load)")
-    p.add_argument("--resize-max", type=int, metavar="N", help="re-encode as JPEG, shorter side at most N")
-    p.add_argument("--quality", type=int, default=90, help="JPEG quality with --resize-max (default 90)")
+    p.add_argument("--resize-max", type=int, metavar="N",
+                   help="re-encode every image as JPEG, shorter side at most N (N above every image's: no "
+                        "resizing, as FFCV's jpg writer stores them)")
+    p.add_argument("--quality", type=int, help="JPEG quality of --resize-max's re-encode (default 90)")
     p.add_argument("--shard-size", type=parse_size, default=None,
                    help="WebDataset shard size (default: the input's size / 128, within 16MiB..256MiB, so "
                         "readers that give each worker whole shards have enough of them)")
@@ -75,9 +77,13 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
 def _run_convert(args: argparse.Namespace) -> int:
     from converters import ConvertOptions, convert
 
+    if args.quality is not None and args.resize_max is None:
+        raise ValueError("--quality sets the JPEG quality of --resize-max's re-encode and does nothing alone: add "
+                         "--resize-max N (an N above every image's shorter side, e.g. 4096, re-encodes without "
+                         "resizing)")
     options = ConvertOptions(
         format=args.format, workers=args.workers, overwrite=args.overwrite, resume=args.resume,
-        strict=args.strict, validate=args.validate, awkward=args.awkward, resize_max=args.resize_max, quality=args.quality, shard_bytes=args.shard_size,
+        strict=args.strict, validate=args.validate, awkward=args.awkward, resize_max=args.resize_max, quality=args.quality or 90, shard_bytes=args.shard_size,
         labels=args.labels, layout=args.layout, split=args.split, seed=args.seed,
         checkpoint_every=args.checkpoint_every, progress=not args.quiet and sys.stderr.isatty(),
         engine=args.engine, ray_address=args.ray_address)

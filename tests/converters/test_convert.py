@@ -90,6 +90,17 @@ def test_resize_max_stores_smaller_jpegs(tmp_path):
     assert read_manifest(dst).arguments["resize_max"] == 32
 
 
+def test_quality_without_resize_max_is_a_one_line_error_not_silently_ignored(tmp_path, capsys):
+    """--quality only sets the quality of --resize-max's re-encode: alone it would store the original
+    bytes while the user believes they are re-encoded. Nothing is written."""
+    from datapipe.cli import main
+
+    assert main(["convert", str(IMAGEFOLDER), str(tmp_path / "out.lmdb"), "--quality", "90", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "add --resize-max N" in err
+    assert not (tmp_path / "out.lmdb").exists()
+
+
 def _flip_one_stored_byte(path: Path, data: bytes) -> None:
     needle = data[len(data) // 2: len(data) // 2 + 48]
     for f in ([path] if path.is_file() else sorted(path.iterdir())):
