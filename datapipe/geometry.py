@@ -39,26 +39,29 @@ class ViewGeometry:
     resized: tuple[int, int]
     window: tuple[int, int]
     flip: bool
+    interpolation: str = "bilinear"  # of the resize: bilinear or bicubic (antialiased)
 
 
-def random_resized_crop(width: int, height: int, rng: random.Random) -> Crop:
-    """torchvision's RandomResizedCrop sampling: 10 tries of (area, log-ratio), then a centre fallback."""
+def random_resized_crop(width: int, height: int, rng: random.Random, scale: tuple[float, float] = SCALE,
+                        ratio: tuple[float, float] = RATIO, hflip: float = 0.5) -> Crop:
+    """torchvision's RandomResizedCrop sampling: 10 tries of (area, log-ratio), then a centre fallback;
+    then the horizontal flip, drawn with probability `hflip` (one draw whatever its value)."""
     area = width * height
-    log_ratio = (math.log(RATIO[0]), math.log(RATIO[1]))
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
     for _ in range(10):
-        target = area * rng.uniform(*SCALE)
+        target = area * rng.uniform(*scale)
         aspect = math.exp(rng.uniform(*log_ratio))
         w, h = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
         if 0 < w <= width and 0 < h <= height:
-            return Crop(rng.randint(0, width - w), rng.randint(0, height - h), w, h, rng.random() < 0.5)
+            return Crop(rng.randint(0, width - w), rng.randint(0, height - h), w, h, rng.random() < hflip)
     in_ratio = width / height
-    if in_ratio < RATIO[0]:
-        w, h = width, round(width / RATIO[0])
-    elif in_ratio > RATIO[1]:
-        w, h = round(height * RATIO[1]), height
+    if in_ratio < ratio[0]:
+        w, h = width, round(width / ratio[0])
+    elif in_ratio > ratio[1]:
+        w, h = round(height * ratio[1]), height
     else:
         w, h = width, height
-    return Crop((width - w) // 2, (height - h) // 2, w, h, rng.random() < 0.5)
+    return Crop((width - w) // 2, (height - h) // 2, w, h, rng.random() < hflip)
 
 
 def sample_rng(seed: int, epoch: int, index: int) -> random.Random:
@@ -66,27 +69,53 @@ def sample_rng(seed: int, epoch: int, index: int) -> random.Random:
     return random.Random((seed * 1_000_003 + epoch) * 4_294_967_296 + index)
 
 
-def eval_resize(size: int) -> int:
-    """The shorter side before the eval centre crop: 256 for 224, as torchvision's recipe."""
-    return int(size / EVAL_CROP_RATIO)
+def eval_resize(size: int, crop_pct: float = EVAL_CROP_RATIO) -> int:
+    """The shorter side before the eval centre crop, floor(size / crop_pct) as timm: 256 for 224 at
+    0.875 (torchvision's recipe), 232 at 224/232 (its V2 recipe)."""
+    return int(math.floor(size / crop_pct + 1e-9))
 
 
-def center_window(width: int, height: int, size: int) -> tuple[int, int, int, int]:
+def center_window(width: int, height: int, size: int, crop_pct: float = EVAL_CROP_RATIO) -> tuple[int, int, int, int]:
     """The eval view's geometry, computed once for every backend: the resized (width, height) with
-    the shorter side int(size / 0.875), and the integer (left, top) of the size x size centre crop."""
-    short = eval_resize(size)
+    the shorter side floor(size / crop_pct), and the integer (left, top) of the size x size centre crop."""
+    short = eval_resize(size, crop_pct)
     nh, nw = (int(short * height / width), short) if width <= height else (short, int(short * width / height))
     return nw, nh, int(round((nw - size) / 2)), int(round((nh - size) / 2))
 
 
-def view_of(width: int, height: int, size: int, *, train: bool, rng: random.Random | None = None) -> ViewGeometry:
-    """The view of a width x height (upright) image with this rng: the train view's random crop box
-    (torchvision's RandomResizedCrop rule) and flip, or the eval view's resize and centre window."""
-    if train:
-        c = random_resized_crop(width, height, rng or random.Random(0))
-        return ViewGeometry((int(c.left), int(c.top), int(c.width), int(c.height)), (size, size), (0, 0), c.flip)
-    nw, nh, left, top = center_window(width, height, size)
-    return ViewGeometry((0, 0, width, height), (nw, nh), (left, top), False)
+def view_of(width: int, height: int, size: int, *, train: bool, rng: random.Random | None = None,
+            recipe=None) -> ViewGeometry:
+    """The view of a width x height (upright) image with this rng and recipe (datapipe.augment.Recipe,
+    None: the default): the train view's random crop box (torchvision's RandomResizedCrop rule), flip
+    and interpolation, or the eval view's resize and centre window."""
+    crop, interpolation = plan_view(recipe, width, height, size, train=train, rng=rng or random.Random(0))
+    if crop is not None:
+        box = (int(crop.left), int(crop.top), int(crop.width), int(crop.height))
+        return ViewGeometry(box, (size, size), (0, 0), crop.flip, interpolation)
+    nw, nh, left, top = center_window(width, height, size, crop_pct_of(recipe))
+    return ViewGeometry((0, 0, width, height), (nw, nh), (left, top), False, interpolation)
+
+
+def plan_view(recipe, width: int, height: int, size: int, *, train: bool,
+              rng: random.Random) -> tuple[Crop | None, str]:
+    """The first draws of a record's plan (datapipe.augment.plan): the train view's crop box and
+    horizontal flip (the recipe's scale, ratio, hflip), then its interpolation (one draw, only when
+    the recipe's is "random"); the eval view has no crop box and the recipe's eval_interpolation.
+    `recipe` is a datapipe.augment.Recipe or None (the default recipe)."""
+    if not train:
+        return None, "bilinear" if recipe is None else recipe.eval_interpolation
+    if recipe is None:
+        return random_resized_crop(width, height, rng), "bilinear"
+    crop = random_resized_crop(width, height, rng, recipe.scale, recipe.ratio, recipe.hflip)
+    interpolation = recipe.interpolation
+    if interpolation == "random":  # timm's RandomResizedCropAndInterpolation: bilinear or bicubic
+        interpolation = ("bilinear", "bicubic")[rng.random() < 0.5]
+    return crop, interpolation
+
+
+def crop_pct_of(recipe) -> float:
+    """The recipe's eval crop_pct (the default's: 0.875)."""
+    return EVAL_CROP_RATIO if recipe is None else recipe.crop_pct
 
 
 def scaled_box(crop: Crop, width: int, height: int, scaled_width: int, scaled_height: int) -> tuple[int, int, int, int]:
@@ -107,7 +136,7 @@ def dct_factor(scale: float) -> int:
     return factor
 
 
-def view_factor(crop: Crop | None, width: int, height: int, size: int) -> int:
+def view_factor(crop: Crop | None, width: int, height: int, size: int, crop_pct: float = EVAL_CROP_RATIO) -> int:
     """The DCT scale denominator a view of a width x height (upright) image may decode at."""
-    need = max(size / crop.width, size / crop.height) if crop else eval_resize(size) / min(width, height)
+    need = max(size / crop.width, size / crop.height) if crop else eval_resize(size, crop_pct) / min(width, height)
     return dct_factor(need)

@@ -43,7 +43,9 @@ def image_dims(data: bytes) -> tuple[int, int]:
     return upright_image_size(open_image(data))
 
 
-def view_geometry(data: bytes, size: int, *, train: bool, rng: random.Random | None = None) -> ViewGeometry:
-    """The geometry decode_view applies to `data` with this rng: the train view's random crop box
-    (torchvision's RandomResizedCrop rule) and flip, or the eval view's resize and centre window."""
-    return view_of(*image_dims(data), size, train=train, rng=rng)
+def view_geometry(data: bytes, size: int, *, train: bool, rng: random.Random | None = None,
+                  recipe=None) -> ViewGeometry:
+    """The geometry decode_view applies to `data` with this rng and recipe: the train view's random
+    crop box (torchvision's RandomResizedCrop rule), flip and interpolation, or the eval view's resize
+    and centre window."""
+    return view_of(*image_dims(data), size, train=train, rng=rng, recipe=recipe)

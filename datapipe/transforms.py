@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from . import jpeg_region
 from .decode import exif_orientation, open_image, to_rgb, upright_image_size
-from .geometry import Crop, center_window, random_resized_crop, scaled_box, view_factor
+from .geometry import Crop, center_window, crop_pct_of, plan_view, scaled_box, view_factor
 from .headers import Layout
 from .layout import jpeg_layout
 from .orientation import orient, stored_box, upright_size
@@ -27,8 +27,10 @@ _jpeg_region = jpeg_region.load()  # None where it was not built or fails its pr
 _region_enabled = os.environ.get("DATAPIPE_REGION_DECODE", "1") != "0"
 
 
-def decode_view(data: bytes, size: int, *, train: bool, rng: random.Random | None = None) -> torch.Tensor:
+def decode_view(data: bytes, size: int, *, train: bool, rng: random.Random | None = None, recipe=None) -> torch.Tensor:
     """Decode and crop-resize to a 3 x size x size uint8 tensor (the one RGB rule of datapipe.decode).
+    `recipe` (datapipe.augment.Recipe, None: the default) sets the crop's scale, ratio and flip, the
+    interpolation and the eval crop_pct; the view's draws come first from `rng` (geometry.plan_view).
 
     A YCbCr or grayscale JPEG goes straight to libjpeg-turbo, at 1/2, 1/4 or 1/8 scale in the DCT
     domain when the view stays sharp, and its EXIF orientation is applied to the decoded pixels.
@@ -45,14 +47,15 @@ def decode_view(data: bytes, size: int, *, train: bool, rng: random.Random | Non
     whatever its crop. A stream without its end marker is decoded strictly: a truncated file fails.
     """
     rng = rng or random.Random(0)
+    crop_pct = crop_pct_of(recipe)
     layout = jpeg_layout(data)
     if layout:
         stored_width, stored_height, orientation = layout
         width, height = upright_size(stored_width, stored_height, orientation)
-        crop = random_resized_crop(width, height, rng) if train else None
-        factor = view_factor(crop, width, height, size)
+        crop, mode = plan_view(recipe, width, height, size, train=train, rng=rng)
+        factor = view_factor(crop, width, height, size, crop_pct)
         if crop and region_decoding(data):
-            return _decode_crop(data, crop, layout, factor, size)
+            return _decode_crop(data, crop, layout, factor, size, mode)
         shrink = dict(min_width=math.ceil(stored_width / factor),
                       min_height=math.ceil(stored_height / factor)) if factor > 1 else {}
         pixels = simplejpeg.decode_jpeg(data, colorspace="RGB", buffer=_decode_buffer(stored_width * stored_height * 3),
@@ -61,14 +64,16 @@ def decode_view(data: bytes, size: int, *, train: bool, rng: random.Random | Non
     else:
         img = open_image(data)
         width, height = upright_image_size(img)
-        crop = random_resized_crop(width, height, rng) if train else None
-        factor = view_factor(crop, width, height, size)
+        crop, mode = plan_view(recipe, width, height, size, train=train, rng=rng)
+        factor = view_factor(crop, width, height, size, crop_pct)
         if crop and img.format == "JPEG" and img.mode == "CMYK" and region_decoding(data):
-            return _decode_crop(data, crop, (img.width, img.height, exif_orientation(img)), factor, size)
+            return _decode_crop(data, crop, (img.width, img.height, exif_orientation(img)), factor, size, mode)
         if img.format == "JPEG" and factor > 1:  # CMYK: Pillow decodes at 1/factor too
             img.draft(img.mode, (max(1, img.width // factor), max(1, img.height // factor)))
         pixels = np.array(to_rgb(img))
-    return resize_crop(pixels, crop, width, height, size) if crop else resize_center(pixels, size)
+    if crop:
+        return resize_crop(pixels, crop, width, height, size, mode)
+    return resize_center(pixels, size, crop_pct, mode)
 
 
 def region_decoder_available() -> bool:
@@ -98,7 +103,7 @@ def region_decoding(data: bytes) -> bool:
     return _region_enabled and _jpeg_region is not None and ends_with_eoi(data)
 
 
-def _decode_crop(data: bytes, crop: Crop, layout: Layout, factor: int, size: int) -> torch.Tensor:
+def _decode_crop(data: bytes, crop: Crop, layout: Layout, factor: int, size: int, mode: str = "bilinear") -> torch.Tensor:
     """The train view from the crop box alone, decoded at 1/factor and turned upright: the same
     pixels resize_crop cuts from a whole-image decode (tested), less decode time (the decode suite
     of `datapipe bench` times both)."""
@@ -110,7 +115,7 @@ def _decode_crop(data: bytes, crop: Crop, layout: Layout, factor: int, size: int
     w, h = right - left, bottom - top
     buf = _decode_buffer(_jpeg_region.region_buffer_size(w, h))
     _jpeg_region.decode_region(data, factor, left, top, w, h, buf)
-    return _finish_crop(orient(buf[:w * h * 3].reshape(h, w, 3), orientation), crop, size)
+    return _finish_crop(orient(buf[:w * h * 3].reshape(h, w, 3), orientation), crop, size, mode)
 
 
 _BUFFERS = threading.local()
@@ -126,25 +131,26 @@ def _decode_buffer(nbytes: int) -> np.ndarray:
     return buf
 
 
-def _resize(region: np.ndarray, height: int, width: int) -> torch.Tensor:
+def _resize(region: np.ndarray, height: int, width: int, mode: str = "bilinear") -> torch.Tensor:
+    """torch's antialiased uint8 resize, bilinear or bicubic (torchvision's tensor Resize kernels)."""
     chw = torch.from_numpy(np.ascontiguousarray(region)).permute(2, 0, 1)[None]
-    return F.interpolate(chw, size=(height, width), mode="bilinear", antialias=True, align_corners=False)[0]
+    return F.interpolate(chw, size=(height, width), mode=mode, antialias=True, align_corners=False)[0]
 
 
-def resize_center(pixels: np.ndarray, size: int) -> torch.Tensor:
-    """torchvision's Resize(int(size / 0.875)) then CenterCrop(size): HWC uint8 in, CHW uint8 out."""
+def resize_center(pixels: np.ndarray, size: int, crop_pct: float = 0.875, mode: str = "bilinear") -> torch.Tensor:
+    """torchvision's Resize(floor(size / crop_pct)) then CenterCrop(size): HWC uint8 in, CHW uint8 out."""
     h, w = pixels.shape[:2]
-    nw, nh, left, top = center_window(w, h, size)
-    return _resize(pixels, nh, nw)[:, top:top + size, left:left + size].contiguous()
+    nw, nh, left, top = center_window(w, h, size, crop_pct)
+    return _resize(pixels, nh, nw, mode)[:, top:top + size, left:left + size].contiguous()
 
 
-def resize_crop(pixels: np.ndarray, crop: Crop, width: int, height: int, size: int) -> torch.Tensor:
+def resize_crop(pixels: np.ndarray, crop: Crop, width: int, height: int, size: int, mode: str = "bilinear") -> torch.Tensor:
     """Cut `crop` (in width x height coordinates) out of HWC `pixels` (maybe DCT-scaled), resize it
     to size x size with antialiasing, mirror it if asked: CHW uint8 (what the resize yields)."""
     left, top, right, bottom = scaled_box(crop, width, height, pixels.shape[1], pixels.shape[0])
-    return _finish_crop(pixels[top:bottom, left:right], crop, size)
+    return _finish_crop(pixels[top:bottom, left:right], crop, size, mode)
 
 
-def _finish_crop(region: np.ndarray, crop: Crop, size: int) -> torch.Tensor:
-    out = _resize(region, size, size)
+def _finish_crop(region: np.ndarray, crop: Crop, size: int, mode: str = "bilinear") -> torch.Tensor:
+    out = _resize(region, size, size, mode)
     return out.flip(-1) if crop.flip else out

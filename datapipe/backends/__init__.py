@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from ..augment.recipe import Recipe, resolve_recipe
+from ..augment.resolution import size_schedule
 from ..formats import open_dataset
 from ..formats.base import Dataset
 from ..resources import local_world_size
@@ -112,10 +114,22 @@ def make_loader(source: str | Path | Dataset, *, split: str = "train", backend: 
     Options are LoaderOptions fields, given as `options=` or as keywords (batch_size=256, train=True,
     image_size=224, seed=0, device=None, dtype=torch.float32, channels_last=False, drop_last=False,
     num_workers=None, prefetch_factor=2, pin_memory=None, on_error="skip", sampling="auto",
-    cache_dir=None, cache_limit=None, mix_shards=None). `source` may be a `.wds` URL (s3://, gs://, az://, https://).
+    cache_dir=None, cache_limit=None, mix_shards=None). `recipe=`: a datapipe.Recipe or a preset name
+    ("deit", "rsb-a3", "ffcv-rn50", "tv-v2"); Recipe fields given as keywords (auto_augment=, re_prob=,
+    mixup_alpha=, ...) change it. `image_size` may be a function of the epoch (datapipe.SizeRamp).
+    dtype=torch.uint8 gives un-normalized images. `source` may be a `.wds` URL (s3://, gs://, az://, https://).
     rank and world_size default to torch.distributed's when it is initialized. Call set_epoch(e)
     before each epoch. `sha256`: an LMDB or HDF5 file is opened only if it has this digest (see open_dataset).
     """
+    recipe_fields = {k: overrides.pop(k) for k in list(overrides) if k in Recipe.__dataclass_fields__ and k != "name"}
+    image_size = overrides.get("image_size", options.image_size if options else LoaderOptions.image_size)
+    if callable(image_size):
+        schedule = size_schedule(image_size)
+        overrides["image_size"] = schedule(0)
+    else:
+        schedule = None
+    base = overrides.pop("recipe", options.recipe if options else None)
+    overrides["recipe"] = resolve_recipe(base, **recipe_fields)
     options = LoaderOptions(**{**(options.__dict__ if options else {}), **overrides})
     if sha256 is not None and isinstance(source, Dataset):
         raise ValueError("sha256= checks a file before it is opened: pass the dataset's path, not an opened Dataset")
@@ -124,6 +138,8 @@ def make_loader(source: str | Path | Dataset, *, split: str = "train", backend: 
     plan = make_plan(dataset, options, resolve_shard(rank, world_size))
     name, reason = choose_backend(backend, options.torch_device, remote=dataset.location.remote)
     loader = _loader_class(name)(dataset, plan, options, reason=reason)
+    if schedule is not None:
+        loader.set_image_size(schedule)
     log.info("datapipe: %s backend (%s) over %s", name, reason, dataset)
     return loader
 

@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import torch
 
+from ..augment.batch import BatchStage
+from ..augment.recipe import Recipe
+from ..augment.resolution import checked_size, size_schedule
 from ..formats.base import Dataset
 from ..sharding import EpochPlan, Shard, ShardPlan
 from .bad_samples import BadSample, TooManyBadSamples
@@ -18,8 +21,9 @@ log = logging.getLogger(__name__)
 
 
 class Batch(NamedTuple):
-    """images: normalized NCHW on the device; labels: int64 on the device; indices: int64 dataset
-    record indices, on the host (they are for bookkeeping, not for the model)."""
+    """images: normalized NCHW on the device (uint8 pixels with dtype=torch.uint8); labels: int64 on
+    the device, or float soft targets N x classes when the recipe mixes or smooths (timm's
+    convention); indices: int64 dataset record indices, on the host (bookkeeping, not for the model)."""
 
     images: torch.Tensor
     labels: torch.Tensor
@@ -65,7 +69,26 @@ class Loader(abc.ABC):
         self._iterated = False  # an iteration began since the last set_epoch / load_state_dict
         self.skipped: list[BadSample] = []
         self._epoch_bad = 0
+        self._size_schedule: Callable[[int], int] = size_schedule(options.image_size)
+        recipe = options.recipe
+        self.stage = BatchStage(recipe, seed=options.seed, num_classes=len(dataset.classes),
+                                normalized=options.dtype != torch.uint8) if recipe.batch_stage and options.train else None
 
+    @property
+    def recipe(self) -> Recipe:
+        return self.options.recipe
+
+    def set_image_size(self, size: "int | Callable[[int], int]") -> None:
+        """The train image size from the next iteration that starts an epoch on: a size, or a function
+        of the epoch (datapipe.SizeRamp: FFCV's progressive resizing). Workers and DALI's pipeline are
+        kept; the order of records does not change."""
+        if isinstance(size, int):
+            checked_size(size, self.epoch)
+        self._size_schedule = size_schedule(size)
+
+    def image_size_at(self, epoch: int) -> int:
+        """The image size epoch `epoch` is served at."""
+        return checked_size(self._size_schedule(epoch), epoch)
     @property
     def shard(self) -> Shard:
         return self.plan.shard
@@ -116,7 +139,8 @@ class Loader(abc.ABC):
         return {"backend": self.backend, "epoch": epoch, **self.plan.save(position),
                 "batches_done": done, "seed": self.options.seed, "size": self.plan.size,
                 "shuffle": self.plan.shuffle, "batch_size": self.plan.batch_size, "rank": self.shard.rank,
-                "world_size": self.shard.world_size, "skipped": len(self.skipped)}
+                "world_size": self.shard.world_size, "skipped": len(self.skipped),
+                "recipe": self.recipe.to_dict(), "image_size": self.image_size_at(epoch)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a state_dict: the next iteration yields exactly the samples not yet handed
@@ -126,6 +150,10 @@ class Loader(abc.ABC):
             if key in state and state[key] != mine[key]:
                 raise ValueError(f"cannot resume: the state was saved with {key}={state[key]!r}, "
                                  f"this loader has {key}={mine[key]!r}")
+        if "recipe" in state and Recipe.from_dict(state["recipe"]) != self.recipe:
+            diff = Recipe.from_dict(state["recipe"]).describe_difference(self.recipe)
+            raise ValueError(f"cannot resume: the state was saved with another augmentation recipe ({diff}); "
+                             "resume with the recipe it was saved with")
         self.epoch, self._offset, self._served, self._iterated = int(state["epoch"]), self.plan.restore(state), 0, False
 
     def __iter__(self) -> Iterator[Batch]:
@@ -135,6 +163,8 @@ class Loader(abc.ABC):
         self._epoch_bad = 0 if self._offset == self.plan.start else self._epoch_bad
         try:
             for batch in self._iterate(self.epoch, self._offset):
+                if self.stage is not None:
+                    batch = self._batch_stage(batch)
                 self._served += 1
                 yield batch
         except Exception as exc:
@@ -142,6 +172,12 @@ class Loader(abc.ABC):
             if died is None:
                 raise
             raise died from exc
+
+    def _batch_stage(self, batch: Batch) -> Batch:
+        """Erasing, mixup/cutmix and soft targets, seeded by the batch's position in the epoch."""
+        images, labels = self.stage(batch.images, batch.labels, batch.indices, epoch=self.epoch,
+                                    position=self.position, rank=self.shard.rank)
+        return Batch(images, labels, batch.indices)
 
     def _worker_died(self, exc: Exception) -> WorkerDied | None:
         """The backend's WorkerDied when `exc` means one of its worker processes died, else None."""

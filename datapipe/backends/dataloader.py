@@ -10,6 +10,8 @@ import torch
 from ..formats.base import Dataset
 from ..sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan
 from ..storage.isolate import forks_nothing
+from ..augment.cpu import apply_ops
+from ..augment.plan import fill_color, plan_ops
 from ..geometry import sample_rng
 from ..transforms import decode_view
 from .bad_samples import BadSample, serve_or_substitute
@@ -25,31 +27,41 @@ Decoded = tuple[torch.Tensor, int, int, BadSample | None]
 KEEP_BATCHES = 4
 
 
+Item = tuple[int, int, "tuple[int, ...] | None", int]  # epoch, record, shards to read ahead, image size
+
+
 class DecodedRecords(torch.utils.data.Dataset):
-    """(epoch, index) -> (uint8 CHW tensor, label, index served, BadSample or None).
+    """(epoch, index, ahead, size) -> (uint8 CHW tensor, label, index served, BadSample or None): the
+    record's view and pixel ops as the planner draws them for the recipe (datapipe.augment.plan).
 
     A record that cannot be read or decoded raises under on_error="raise" (naming it); under "skip"
     another record, chosen reproducibly, is served in its place so the batch keeps its size."""
 
     def __init__(self, dataset: Dataset, options: LoaderOptions) -> None:
         self.dataset = dataset
-        self.size, self.train, self.seed = options.image_size, options.train, options.seed
+        self.train, self.seed, self.recipe = options.train, options.seed, options.recipe
+        self.fill = fill_color(options.recipe)
         self.skip = options.on_error == "skip"
 
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def _decode(self, epoch: int, index: int) -> tuple[torch.Tensor, int]:
+    def _decode(self, epoch: int, index: int, size: int) -> tuple[torch.Tensor, int]:
         sample = self.dataset[index]
-        pixels = decode_view(sample.data, self.size, train=self.train, rng=sample_rng(self.seed, epoch, index))
+        rng = sample_rng(self.seed, epoch, index)
+        pixels = decode_view(sample.data, size, train=self.train, rng=rng, recipe=self.recipe)
+        if self.train:
+            ops = plan_ops(self.recipe, size, rng)
+            if ops:
+                pixels = apply_ops(pixels, ops, fill=self.fill)
         return pixels, sample.label
 
-    def __getitem__(self, item: tuple[int, int, tuple[int, ...] | None]) -> Decoded:
-        epoch, index, ahead = item
+    def __getitem__(self, item: Item) -> Decoded:
+        epoch, index, ahead, size = item
         if ahead:
             self.dataset.read_ahead(list(ahead))
         (pixels, label), served, bad = serve_or_substitute(
-            lambda i: self._decode(epoch, i), self.dataset, index, seed=self.seed, epoch=epoch, skip=self.skip)
+            lambda i: self._decode(epoch, i, size), self.dataset, index, seed=self.seed, epoch=epoch, skip=self.skip)
         return pixels, label, served, bad
 
 
@@ -72,18 +84,18 @@ class EpochBatches:
     a position on. A remote dataset read shard-wise gets, with each batch's first sample, the next
     shards this rank will read, so the worker that reads it starts fetching them."""
 
-    def __init__(self, plan: EpochPlan | ShardPlan, *, read_ahead: int = 0) -> None:
-        self.plan, self.epoch, self.offset = plan, 0, plan.start
+    def __init__(self, plan: EpochPlan | ShardPlan, *, read_ahead: int = 0, size: int = 224) -> None:
+        self.plan, self.epoch, self.offset, self.size = plan, 0, plan.start, size
         self.read_ahead = read_ahead if isinstance(plan, ShardPlan) else 0
 
     def __len__(self) -> int:
         return self.plan.num_batches(self.offset)
 
-    def __iter__(self) -> Iterator[list[tuple[int, int, tuple[int, ...] | None]]]:
+    def __iter__(self) -> Iterator[list[Item]]:
         batches = self.plan.batches(self.epoch, self.offset)
         hints = self.plan.shards_ahead(batches, self.read_ahead) if self.read_ahead else [None] * len(batches)
         for batch, hint in zip(batches, hints):
-            yield [(self.epoch, int(i), hint if k == 0 else None) for k, i in enumerate(batch)]
+            yield [(self.epoch, int(i), hint if k == 0 else None, self.size) for k, i in enumerate(batch)]
 
 
 def _seed_worker(worker_id: int) -> None:
@@ -104,21 +116,23 @@ class ProcessLoader(Loader):
         super().__init__(dataset, plan, options, reason=reason)
         self.device = options.torch_device
         workers = options.workers
-        self.batch_plan = EpochBatches(plan, read_ahead=READ_AHEAD_SHARDS if dataset.location.remote else 0)
+        self.batch_plan = EpochBatches(plan, read_ahead=READ_AHEAD_SHARDS if dataset.location.remote else 0,
+                                       size=options.image_size)
         self.loader = torch.utils.data.DataLoader(
             DecodedRecords(dataset, options), batch_sampler=self.batch_plan, collate_fn=collate,
             num_workers=workers, pin_memory=options.pinned, worker_init_fn=_seed_worker,
             prefetch_factor=options.prefetch_factor if workers else None,
             persistent_workers=workers > 0 and options.persistent_workers,
             multiprocessing_context=options.start_method if workers else None)
-        self.normalize = Normalizer(self.device, options.dtype, options.channels_last, keep=KEEP_BATCHES)
+        self.normalize = Normalizer(self.device, options.dtype, options.channels_last, keep=KEEP_BATCHES,
+                                    mean=options.recipe.mean, std=options.recipe.std)
 
     def _worker_died(self, exc: Exception) -> WorkerDied | None:
         return torch_worker_died(self.backend, exc) if self.options.workers else None
 
     def host_batches(self, epoch: int, offset: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """uint8 NCHW batches on the host (pinned where CUDA is used), bad samples counted and logged."""
-        self.batch_plan.epoch, self.batch_plan.offset = epoch, offset
+        self.batch_plan.epoch, self.batch_plan.offset, self.batch_plan.size = epoch, offset, self.image_size_at(epoch)
         with DEFERRED.fetch():  # a persistent worker may have died since the last epoch
             batches = iter(self.loader)
         if self.options.workers:

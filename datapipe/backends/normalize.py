@@ -16,8 +16,7 @@ try:
 except ImportError:  # not built (setup.py's optional extension): torch's ops give the same values
     _normalize = None
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+from ..augment.recipe import IMAGENET_MEAN, IMAGENET_STD
 
 
 _SCRATCH = threading.local()
@@ -27,16 +26,18 @@ _SAME_SIZE_INT = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch
 class Normalizer:
     """uint8 NCHW (any device) -> normalized NCHW in the target dtype and memory format, on the device."""
 
-    def __init__(self, device: torch.device, dtype: torch.dtype, channels_last: bool, *, keep: int = 4) -> None:
+    def __init__(self, device: torch.device, dtype: torch.dtype, channels_last: bool, *, keep: int = 4,
+                 mean: tuple[float, ...] = IMAGENET_MEAN, std: tuple[float, ...] = IMAGENET_STD) -> None:
         """keep: how many host batches the pool may hold for reuse (a CPU device): those handed out
-        and not yet let go of, plus those being filled."""
+        and not yet let go of, plus those being filled. dtype uint8: no normalization (the pixels)."""
         self.device, self.dtype, self.channels_last = device, dtype, channels_last
-        std = torch.tensor(IMAGENET_STD, device=device)
-        self.scale = (1 / (std * 255)).view(1, 3, 1, 1)  # (x - 255 mean) / (255 std) = x * scale + bias
-        self.bias = (-torch.tensor(IMAGENET_MEAN, device=device) / std).view(1, 3, 1, 1)
+        self.raw = dtype == torch.uint8
+        std_t = torch.tensor(std, device=device)
+        self.scale = (1 / (std_t * 255)).view(1, 3, 1, 1)  # (x - 255 mean) / (255 std) = x * scale + bias
+        self.bias = (-torch.tensor(mean, device=device) / std_t).view(1, 3, 1, 1)
         self._row_scale, self._row_bias = self.scale[0], self.bias[0]  # one image's: sample_into, per sample
         self.pool = BatchPool(keep) if device.type == "cpu" else None
-        self._table = self._value_table() if device.type == "cpu" else None
+        self._table = self._value_table() if device.type == "cpu" and not self.raw else None
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         if self.device.type != "cpu":
@@ -69,6 +70,9 @@ class Normalizer:
         values `__call__` gives on a batch. Safe to call from several threads at once. With the
         compiled table (datapipe._normalize): one pass, the GIL released; else torch's operations,
         in `__call__`'s order."""
+        if self.raw:
+            row.copy_(pixels)
+            return
         out = row.permute(1, 2, 0) if self.channels_last else row  # the row's memory order
         if _normalize is not None and out.is_contiguous() and pixels.is_contiguous():
             _normalize.normalize_into(pixels.numpy(), out.view(_SAME_SIZE_INT[self.dtype]).numpy(), self._table,
@@ -98,6 +102,8 @@ class Normalizer:
         return torch.empty(shape, dtype=dtype, device=self.device, memory_format=memory_format)
 
     def _normalize(self, images: torch.Tensor) -> torch.Tensor:
+        if self.raw:
+            return self._empty(images.shape, torch.uint8).copy_(images.to(self.device, non_blocking=True))
         out = self._empty(images.shape, torch.float32)
         out.copy_(images.to(self.device, non_blocking=True))  # uint8 -> float (and layout) in one pass
         out.mul_(self.scale).add_(self.bias)

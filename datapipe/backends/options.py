@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..augment.recipe import Recipe
 from ..devices import rank_device
 from ..resources import cpus_per_rank
 
@@ -36,6 +37,7 @@ class LoaderOptions:
     cache_dir: str | None = None
     cache_limit: int | None = None
     mix_shards: int | None = None  # shard-wise sampling's block (ShardPlan); None: 16, 1 for datapipe's own shards
+    recipe: Recipe = Recipe(name="default")  # the augmentation (datapipe.augment); make_loader resolves names
 
     def __post_init__(self) -> None:
         if self.mix_shards is not None and (not isinstance(self.mix_shards, int) or self.mix_shards < 1):
@@ -54,8 +56,13 @@ class LoaderOptions:
             raise ValueError(f"prefetch_factor must be >= 1, got {self.prefetch_factor}")
         if self.on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {ON_ERROR}, got {self.on_error!r}")
-        if self.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-            raise ValueError(f"dtype must be torch.float32, float16 or bfloat16, got {self.dtype}")
+        if self.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.uint8):
+            raise ValueError(f"dtype must be torch.float32, float16, bfloat16 or uint8 (un-normalized), got {self.dtype}")
+        if not isinstance(self.recipe, Recipe):
+            raise ValueError(f"recipe must be a datapipe.Recipe (make_loader also takes a preset name), got {self.recipe!r}")
+        if self.recipe.aug_repeats > 1:
+            raise ValueError(f"aug_repeats={self.recipe.aug_repeats}: repeated augmentation is not supported yet "
+                             "(datapipe.sharding has no repeating sampler); use aug_repeats=1")
         if not 0 <= self.max_bad_fraction <= 1:
             raise ValueError(f"max_bad_fraction must be within 0..1, got {self.max_bad_fraction}")
         if self.start_method is not None and self.start_method not in START_METHODS:

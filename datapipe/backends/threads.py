@@ -29,14 +29,13 @@ from ..sharding import EpochPlan, ShardPlan
 from .bad_samples import BadSample
 from .base import Batch, Loader
 from .options import LoaderOptions
-from .dataloader import DecodedRecords, EpochBatches
+from .dataloader import DecodedRecords, EpochBatches, Item
 from .normalize import Normalizer
 
 log = logging.getLogger(__name__)
 THREAD_PREFIX = "datapipe-decode"
 JOIN_TIMEOUT_S = 30.0  # a thread finishes the sample it decodes, then stops: one decode, not a batch
 POLL_S = 1.0  # how often a waiting consumer checks that the decode threads still run
-Item = tuple[int, int, "tuple[int, ...] | None"]
 
 
 def thread_view(dataset: Dataset) -> Dataset:
@@ -200,10 +199,11 @@ class ThreadLoader(Loader):
                 "decode threads run is unsafe. Use backend='dataloader' (or 'auto') for a remote dataset")
         super().__init__(dataset, plan, options, reason=reason)
         self.device = options.torch_device
-        self.batch_plan = EpochBatches(plan)
+        self.batch_plan = EpochBatches(plan, size=options.image_size)
         # fused: prefetch_factor batches being filled, the one being handed over, the caller's, and
         # one a trainer may hold ahead (Lightning's fetcher): reused once let go of (BatchPool)
-        self.normalize = Normalizer(self.device, options.dtype, options.channels_last, keep=options.prefetch_factor + 3)
+        self.normalize = Normalizer(self.device, options.dtype, options.channels_last, keep=options.prefetch_factor + 3,
+                                    mean=options.recipe.mean, std=options.recipe.std)
         self.fused = self.device.type == "cpu"
         self._ring: list[Slot] | None = None  # kept between iterations (pinned memory is slow to allocate)
 
@@ -213,8 +213,10 @@ class ThreadLoader(Loader):
         o, ring, self._ring = self.options, self._ring, None
         if self.fused:
             return deque()
+        if ring and ring[0].images.shape[-1] != self.batch_plan.size:  # the image size changed (set_image_size)
+            ring = None
         pin = o.pinned and torch.cuda.is_available()
-        return deque(ring or [Slot(o.batch_size, o.image_size, pin=pin, device=self.device)
+        return deque(ring or [Slot(o.batch_size, self.batch_plan.size, pin=pin, device=self.device)
                               for _ in range(o.prefetch_factor + 1)])
 
     def _records(self) -> DecodedRecords:
@@ -232,7 +234,7 @@ class ThreadLoader(Loader):
                 pass
 
     def _iterate(self, epoch: int, offset: int) -> Iterator[Batch]:
-        self.batch_plan.epoch, self.batch_plan.offset = epoch, offset
+        self.batch_plan.epoch, self.batch_plan.offset, self.batch_plan.size = epoch, offset, self.image_size_at(epoch)
         batches = iter(self.batch_plan)
         o, ring = self.options, self._take_ring()
         free = deque(ring)
@@ -260,7 +262,7 @@ class ThreadLoader(Loader):
         """A batch to fill: fused, an output batch that the threads normalize into (new, or the memory
         of one the caller has let go of); else the next free slot of the ring."""
         if self.fused:
-            return BatchJob(self.normalize.empty(len(items), self.options.image_size), self.normalize.sample_into, items)
+            return BatchJob(self.normalize.empty(len(items), self.batch_plan.size), self.normalize.sample_into, items)
         slot = free.popleft()
         return BatchJob(slot.images, copy_row, items, slot)
 

@@ -1,0 +1,10 @@
+"""Training recipes: declared once (Recipe, the presets), planned per record in one place (plan),
+applied by every backend (cpu.py; the DALI graph), mixed on the output device (batch.py)."""
+from __future__ import annotations
+
+from .plan import SamplePlan, plan_erase, plan_sample
+from .recipe import PRESETS, Recipe, parse_auto_augment, resolve_recipe
+from .resolution import SizeRamp
+
+__all__ = ["Recipe", "PRESETS", "resolve_recipe", "parse_auto_augment", "plan_sample", "plan_erase", "SamplePlan",
+           "SizeRamp"]

@@ -1,0 +1,172 @@
+"""Apply a plan's pixel ops to a uint8 CHW image with torch kernels (the threads, dataloader and
+prefetch backends). One function per kind of datapipe.augment.ops.KINDS, each following the PIL
+operation timm applies (ImageOps, ImageEnhance, Image.transform), on tensors: lookup tables for the
+point ops, integer blends truncated as PIL's, grid_sample for the affine ops (bilinear or bicubic,
+the fill for uncovered pixels)."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from .ops import KINDS
+
+Image = torch.Tensor  # uint8, 3 x H x W
+_LEVELS = torch.arange(256, dtype=torch.float32)
+
+
+def apply_ops(image: Image, ops, *, fill: tuple[int, int, int] = (0, 0, 0), interpolation: str = "bilinear") -> Image:
+    """`image` with the plan's ops (kind id, parameter) applied in order; a new tensor when any.
+    The affine ops sample bilinearly in every backend (DALI's warps have no cubic mode; timm uses
+    the recipe's interpolation there): the one documented difference from timm's pixels."""
+    for kind, value in ops:
+        name = KINDS[int(kind)]
+        if name == "identity":
+            continue
+        image = APPLIERS[name](image, float(value), fill, interpolation)
+    return image
+
+
+def _lut(image: Image, table: torch.Tensor) -> Image:
+    """Map each channel's values through its 256-entry uint8 table (3 x 256, or 256 for all)."""
+    table = table.to(torch.uint8)
+    if table.dim() == 1:
+        return table[image.long()]
+    return torch.stack([table[c][image[c].long()] for c in range(3)])
+
+
+def _gray(image: Image) -> torch.Tensor:
+    """PIL's convert("L"): (R 19595 + G 38470 + B 7471 + 32768) >> 16, int32 H x W."""
+    r, g, b = image.to(torch.int32).unbind(0)
+    return (r * 19595 + g * 38470 + b * 7471 + 32768) >> 16
+
+
+def _blend(degenerate: torch.Tensor, image: Image, factor: float) -> Image:
+    """PIL's Image.blend(degenerate, image, factor): degenerate + factor (image - degenerate), clipped
+    to 0..255 and truncated to uint8 as PIL does."""
+    d = degenerate.to(torch.float32)
+    out = d + factor * (image.to(torch.float32) - d)
+    return out.clamp_(0, 255).to(torch.uint8)
+
+
+def auto_contrast(image: Image, value: float, fill, interpolation) -> Image:
+    lo = image.amin(dim=(1, 2)).to(torch.float32)
+    hi = image.amax(dim=(1, 2)).to(torch.float32)
+    scale = torch.where(hi > lo, 255.0 / (hi - lo).clamp(min=1), torch.ones_like(hi))
+    offset = torch.where(hi > lo, -lo * scale, torch.zeros_like(lo))
+    table = (_LEVELS[None] * scale[:, None] + offset[:, None]).floor_().clamp_(0, 255)
+    return _lut(image, table)
+
+
+def equalize(image: Image, value: float, fill, interpolation) -> Image:
+    """PIL's ImageOps.equalize, per channel: step = (pixels - the last used level's count) // 255."""
+    tables = []
+    for channel in image:
+        hist = torch.bincount(channel.reshape(-1).long(), minlength=256)
+        used = hist[hist > 0]
+        step = int((used.sum() - used[-1]) // 255) if len(used) > 1 else 0
+        if step == 0:
+            tables.append(_LEVELS.clone())
+            continue
+        cumulative = torch.cumsum(hist, 0) - hist  # n before adding level i
+        tables.append(((cumulative + step // 2) // step).clamp(max=255).to(torch.float32))
+    return _lut(image, torch.stack(tables))
+
+
+def invert(image: Image, value: float, fill, interpolation) -> Image:
+    return 255 - image
+
+
+def posterize(image: Image, value: float, fill, interpolation) -> Image:
+    bits = int(value)
+    if bits >= 8:
+        return image
+    return image & (~(2 ** (8 - bits) - 1) & 0xFF)
+
+
+def solarize(image: Image, value: float, fill, interpolation) -> Image:
+    return torch.where(image >= int(value), 255 - image, image)
+
+
+def solarize_add(image: Image, value: float, fill, interpolation) -> Image:
+    added = (image.to(torch.int16) + int(value)).clamp_(0, 255).to(torch.uint8)
+    return torch.where(image < 128, added, image)
+
+
+def color(image: Image, value: float, fill, interpolation) -> Image:
+    return _blend(_gray(image)[None].expand_as(image), image, value)
+
+
+def contrast(image: Image, value: float, fill, interpolation) -> Image:
+    mean = int(_gray(image).to(torch.float64).mean().item() + 0.5)
+    return _blend(torch.full_like(image, mean), image, value)
+
+
+def brightness(image: Image, value: float, fill, interpolation) -> Image:
+    return _blend(torch.zeros_like(image), image, value)
+
+
+_SMOOTH = torch.tensor([[1, 1, 1], [1, 5, 1], [1, 1, 1]], dtype=torch.float32) / 13
+
+
+def sharpness(image: Image, value: float, fill, interpolation) -> Image:
+    """PIL's ImageFilter.SMOOTH (3 x 3, centre 5, /13, rounded), its one-pixel border the original's."""
+    smooth = image.clone()
+    inner = F.conv2d(image.to(torch.float32)[:, None], _SMOOTH[None, None])[:, 0]
+    smooth[:, 1:-1, 1:-1] = (inner + 0.5).floor_().clamp_(0, 255).to(torch.uint8)
+    return _blend(smooth, image, value)
+
+
+def vflip(image: Image, value: float, fill, interpolation) -> Image:
+    return image.flip(-2)
+
+
+def grayscale(image: Image, value: float, fill, interpolation) -> Image:
+    return _gray(image).to(torch.uint8)[None].expand(3, -1, -1).contiguous()
+
+
+def _affine(image: Image, matrix: tuple[float, ...], fill, interpolation: str) -> Image:
+    """PIL's Image.transform(AFFINE, (a, b, c, d, e, f)): the output pixel centred at (x, y) takes the
+    input at (a x + b y + c, d x + e y + f); pixels from outside the image get `fill`."""
+    _, h, w = image.shape
+    a, b, c, d, e, f = matrix
+    ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float32) + 0.5, torch.arange(w, dtype=torch.float32) + 0.5,
+                            indexing="ij")
+    grid = torch.stack(((a * xs + b * ys + c) / w * 2 - 1, (d * xs + e * ys + f) / h * 2 - 1), dim=-1)[None]
+    src = torch.cat((image.to(torch.float32), torch.ones((1, h, w))))[None]
+    mode = "bicubic" if interpolation == "bicubic" else "bilinear"
+    out = F.grid_sample(src, grid, mode=mode, padding_mode="zeros", align_corners=False)[0]
+    inside = out[3:] > 0.5  # PIL fills a pixel whose centre maps outside the image
+    colour = torch.tensor(fill, dtype=torch.float32).view(3, 1, 1)
+    return torch.where(inside, out[:3], colour).round_().clamp_(0, 255).to(torch.uint8)
+
+
+def rotate(image: Image, value: float, fill, interpolation) -> Image:
+    """PIL's Image.rotate(degrees): counter-clockwise about the image centre, same size."""
+    _, h, w = image.shape
+    angle = -math.radians(value)
+    a, b, d, e = math.cos(angle), math.sin(angle), -math.sin(angle), math.cos(angle)
+    cx, cy = w / 2, h / 2
+    return _affine(image, (a, b, cx - a * cx - b * cy, d, e, cy - d * cx - e * cy), fill, interpolation)
+
+
+def shear_x(image: Image, value: float, fill, interpolation) -> Image:
+    return _affine(image, (1, value, 0, 0, 1, 0), fill, interpolation)
+
+
+def shear_y(image: Image, value: float, fill, interpolation) -> Image:
+    return _affine(image, (1, 0, 0, value, 1, 0), fill, interpolation)
+
+
+def translate_x(image: Image, value: float, fill, interpolation) -> Image:
+    return _affine(image, (1, 0, value, 0, 1, 0), fill, interpolation)
+
+
+def translate_y(image: Image, value: float, fill, interpolation) -> Image:
+    return _affine(image, (1, 0, 0, 0, 1, value), fill, interpolation)
+
+
+APPLIERS: dict[str, Callable[[Image, float, tuple, str], Image]] = {
+    name: globals()[name] for name in KINDS if name != "identity"}

@@ -1,0 +1,224 @@
+"""Recipe: one training recipe's data side, declared once (timm's argument names), and the presets.
+
+A Recipe is a frozen dataclass: the planner (datapipe.augment.plan) reads it to draw every random
+choice of a record, the appliers (cpu.py, the DALI graph) and the batch stage (batch.py) read it to
+apply them. Recipe() is the loader's historical view: RandomResizedCrop(scale=(0.08, 1),
+ratio=(3/4, 4/3)), bilinear, horizontal flip p=0.5, ImageNet mean/std, eval crop_pct 0.875.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+INTERPOLATIONS = ("bilinear", "bicubic", "random")
+ERASE_MODES = ("const", "rand", "pixel")
+MIX_MODES = ("batch", "elem")
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+AA_POLICIES = ("rand", "trivialaugment", "ta_wide", "original", "v0")
+
+
+@dataclass(frozen=True)
+class AutoAugment:
+    """A parsed `auto_augment` string (timm's grammar): `rand-m9-n2-mstd0.5-inc1`, `original-mstd0.5`,
+    `v0`, `trivialaugment` (alias `ta_wide`)."""
+
+    policy: str
+    magnitude: float = 10.0
+    num_ops: int = 2
+    magnitude_std: float = 0.0
+    magnitude_max: float = 10.0
+    increasing: bool = False
+
+
+def parse_auto_augment(text: str) -> AutoAugment:
+    """timm's auto_augment string -> AutoAugment; a ValueError naming the part it cannot read."""
+    parts = text.strip().split("-")
+    policy = {"ta_wide": "trivialaugment"}.get(parts[0], parts[0])
+    if policy == "augmix":
+        raise ValueError(f"auto_augment={text!r}: AugMix is not supported yet; use rand-m9-mstd0.5-inc1, "
+                         "trivialaugment or original")
+    if policy not in AA_POLICIES:
+        raise ValueError(f"auto_augment={text!r}: unknown policy {parts[0]!r}; timm's grammar starts with one of "
+                         f"{AA_POLICIES} (e.g. 'rand-m9-mstd0.5-inc1')")
+    spec: dict[str, Any] = {"policy": policy}
+    keys = {"m": "magnitude", "n": "num_ops", "mstd": "magnitude_std", "mmax": "magnitude_max", "inc": "increasing"}
+    allowed = {"rand": set(keys), "original": {"mstd"}, "v0": {"mstd"}, "trivialaugment": set()}[policy]
+    for part in parts[1:]:
+        match = re.fullmatch(r"([a-z]+)(\d+(?:\.\d+)?)", part)
+        if not match or match.group(1) not in allowed:
+            raise ValueError(f"auto_augment={text!r}: cannot read {part!r}; {policy} takes "
+                             f"{', '.join(sorted(k + 'N' for k in allowed)) or 'no options'}")
+        key, value = keys[match.group(1)], float(match.group(2))
+        if key == "magnitude_std" and value > 100:
+            value = math.inf  # timm: mstd above 100 means uniform in [0, m]
+        spec[key] = bool(int(value)) if key == "increasing" else int(value) if key == "num_ops" else value
+    return AutoAugment(**spec)
+
+
+def _pair(value: Any, name: str) -> tuple[float, float]:
+    try:
+        low, high = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a pair (low, high), got {value!r}") from None
+    if not 0 < low <= high:
+        raise ValueError(f"{name} must satisfy 0 < low <= high, got {value!r}")
+    return low, high
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The data side of a training recipe. Field names follow timm's `create_transform` and `Mixup`.
+
+    Train view: RandomResizedCrop(scale, ratio, interpolation), hflip/vflip probabilities; then either
+    `auto_augment` (timm's grammar) or `color_jitter` (brightness, contrast, saturation; timm turns
+    jitter off when auto_augment is set, so does this), `grayscale_prob`; normalize by mean/std;
+    random erasing (`re_prob`, `re_mode`, `re_count`, on the normalized batch). Eval view: shorter side
+    floor(size / crop_pct) with `eval_interpolation`, centre crop. Batch: mixup/cutmix with timm's
+    Mixup semantics (`mix_mode` batch or elem), `label_smoothing` (soft targets N x classes)."""
+
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    interpolation: str = "bilinear"
+    hflip: float = 0.5
+    vflip: float = 0.0
+    color_jitter: float | tuple[float, ...] | None = None
+    grayscale_prob: float = 0.0
+    auto_augment: str | None = None
+    re_prob: float = 0.0
+    re_mode: str = "const"
+    re_count: int = 1
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+    crop_pct: float = 0.875
+    eval_interpolation: str = "bilinear"
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
+    mixup_prob: float = 1.0
+    switch_prob: float = 0.5
+    mix_mode: str = "batch"
+    label_smoothing: float = 0.0
+    aug_repeats: int = 1
+    name: str = field(default="custom", compare=False)
+
+    def __post_init__(self) -> None:
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (normalising a frozen instance)
+        set_("scale", _pair(self.scale, "scale"))
+        set_("ratio", _pair(self.ratio, "ratio"))
+        if self.scale[1] > 1:
+            raise ValueError(f"scale is a share of the image's area, at most 1, got {self.scale!r}")
+        for key in ("interpolation", "eval_interpolation"):
+            if getattr(self, key) not in INTERPOLATIONS[:2 if key == "eval_interpolation" else 3]:
+                raise ValueError(f"{key} must be one of {INTERPOLATIONS[:2 if key == 'eval_interpolation' else 3]}, "
+                                 f"got {getattr(self, key)!r}")
+        for key in ("hflip", "vflip", "grayscale_prob", "re_prob", "mixup_prob", "switch_prob"):
+            if not 0 <= getattr(self, key) <= 1:
+                raise ValueError(f"{key} is a probability within 0..1, got {getattr(self, key)!r}")
+        set_("color_jitter", self._jitter(self.color_jitter))
+        if self.auto_augment is not None:
+            parse_auto_augment(self.auto_augment)
+        if self.re_mode not in ERASE_MODES:
+            raise ValueError(f"re_mode must be one of {ERASE_MODES}, got {self.re_mode!r}")
+        if self.mix_mode not in MIX_MODES:
+            raise ValueError(f"mix_mode must be one of {MIX_MODES} (timm's 'pair' is not supported), got {self.mix_mode!r}")
+        if self.re_count < 1 or self.aug_repeats < 1:
+            raise ValueError(f"re_count and aug_repeats must be >= 1, got {self.re_count}, {self.aug_repeats}")
+        set_("mean", tuple(float(v) for v in self.mean))
+        set_("std", tuple(float(v) for v in self.std))
+        if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
+            raise ValueError(f"mean and std are 3 values each (RGB, 0..1 scale), std > 0; got {self.mean}, {self.std}")
+        if not 0 < self.crop_pct <= 1:
+            raise ValueError(f"crop_pct must be within (0, 1], got {self.crop_pct!r}")
+        if self.mixup_alpha < 0 or self.cutmix_alpha < 0 or not 0 <= self.label_smoothing < 1:
+            raise ValueError("mixup_alpha and cutmix_alpha must be >= 0, label_smoothing within [0, 1)")
+
+    @staticmethod
+    def _jitter(value: Any) -> tuple[float, float, float] | None:
+        if value is None or value == 0:
+            return None
+        values = (float(value),) * 3 if isinstance(value, (int, float)) else tuple(float(v) for v in value)
+        if len(values) == 4 and values[3] == 0:
+            values = values[:3]
+        if len(values) != 3 or min(values) < 0:
+            raise ValueError(f"color_jitter is one float or (brightness, contrast, saturation), each >= 0; "
+                             f"got {value!r} (hue jitter is not supported yet)")
+        return values  # type: ignore[return-value]
+
+    @property
+    def augment(self) -> AutoAugment | None:
+        return parse_auto_augment(self.auto_augment) if self.auto_augment else None
+
+    @property
+    def jitter(self) -> tuple[float, float, float] | None:
+        """The colour jitter in use: none when auto_augment is set (timm's create_transform)."""
+        return None if self.auto_augment else self.color_jitter  # type: ignore[return-value]
+
+    @property
+    def mixes(self) -> bool:
+        return self.mixup_alpha > 0 or self.cutmix_alpha > 0
+
+    @property
+    def soft_targets(self) -> bool:
+        """Labels become N x classes soft targets (timm's convention): mixup, cutmix or smoothing on."""
+        return self.mixes or self.label_smoothing > 0
+
+    @property
+    def batch_stage(self) -> bool:
+        return self.soft_targets or self.re_prob > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe fields (a checkpoint's and TensorBoard's record of the recipe); name included."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Recipe":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})
+
+    def describe_difference(self, other: "Recipe") -> str:
+        """The fields where two recipes differ, as 'key: a != b'."""
+        a, b = self.to_dict(), other.to_dict()
+        return ", ".join(f"{k}: {a[k]!r} != {b[k]!r}" for k in a if k != "name" and a[k] != b[k])
+
+
+# Repeated augmentation (DeiT 3, torchvision 4) needs a repeating sampler that datapipe.sharding does
+# not have yet: the presets run without it (docs/augmentation.md says so).
+REPEATS_LATER = 1
+# The presets, each from its own source (docs/augmentation.md has the table and the links).
+PRESETS: dict[str, Recipe] = {
+    "default": Recipe(name="default"),
+    # timm ResNet Strikes Back A3 (arXiv 2110.00476, timm's train args): 160 px train, 224 test.
+    "rsb-a3": Recipe(name="rsb-a3", interpolation="bicubic", auto_augment="rand-m6-mstd0.5-inc1",
+                     mixup_alpha=0.1, cutmix_alpha=1.0, crop_pct=0.95, eval_interpolation="bicubic"),
+    # DeiT (facebookresearch/deit main.py defaults).
+    "deit": Recipe(name="deit", interpolation="bicubic", auto_augment="rand-m9-mstd0.5-inc1", re_prob=0.25,
+                   re_mode="pixel", mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5, label_smoothing=0.1,
+                   aug_repeats=REPEATS_LATER, crop_pct=0.875, eval_interpolation="bicubic"),  # DeiT: 3
+    # FFCV ResNet-50 (ffcv-imagenet rn50 configs): crop + flip, resolution ramp 160 -> 192, smoothing.
+    "ffcv-rn50": Recipe(name="ffcv-rn50", label_smoothing=0.1, crop_pct=224 / 256),
+    # torchvision's "new recipe" ResNet-50 V2 (torchvision references/classification, IMAGENET1K_V2).
+    "tv-v2": Recipe(name="tv-v2", auto_augment="ta_wide", re_prob=0.1, re_mode="const", mixup_alpha=0.2,
+                    cutmix_alpha=1.0, label_smoothing=0.1, aug_repeats=REPEATS_LATER, crop_pct=224 / 232),  # tv: 4
+}
+# The train sizes those recipes use (the loader's image_size is the user's to set).
+PRESET_TRAIN_SIZES = {"rsb-a3": 160, "deit": 224, "ffcv-rn50": 160, "tv-v2": 176, "default": 224}
+
+
+def resolve_recipe(recipe: "Recipe | str | None", **overrides: Any) -> Recipe:
+    """A Recipe from a Recipe, a preset name or None (the default), with field overrides applied."""
+    if recipe is None:
+        base = PRESETS["default"]
+    elif isinstance(recipe, Recipe):
+        base = recipe
+    elif isinstance(recipe, str) and recipe in PRESETS:
+        base = PRESETS[recipe]
+    else:
+        raise ValueError(f"recipe must be a datapipe.Recipe or one of {sorted(PRESETS)}, got {recipe!r}")
+    if not overrides:
+        return base
+    unknown = set(overrides) - {f.name for f in fields(Recipe)}
+    if unknown:
+        raise ValueError(f"unknown recipe field(s) {sorted(unknown)}; Recipe takes {[f.name for f in fields(Recipe)]}")
+    return replace(base, **overrides, name=f"{base.name}+" if base.name != "custom" else "custom")
