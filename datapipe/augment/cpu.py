@@ -52,12 +52,17 @@ def _blend(degenerate: torch.Tensor, image: Image, factor: float) -> Image:
 
 
 def auto_contrast(image: Image, value: float, fill, interpolation) -> Image:
-    lo = image.amin(dim=(1, 2)).to(torch.float32)
-    hi = image.amax(dim=(1, 2)).to(torch.float32)
-    scale = torch.where(hi > lo, 255.0 / (hi - lo).clamp(min=1), torch.ones_like(hi))
-    offset = torch.where(hi > lo, -lo * scale, torch.zeros_like(lo))
-    table = (_LEVELS[None] * scale[:, None] + offset[:, None]).floor_().clamp_(0, 255)
-    return _lut(image, table)
+    """PIL's ImageOps.autocontrast (cutoff 0) per channel; its table in Python floats, as PIL's
+    (float rounding decides a level where i * scale + offset is an integer)."""
+    tables = []
+    for lo, hi in zip(image.amin(dim=(1, 2)).tolist(), image.amax(dim=(1, 2)).tolist()):
+        if hi <= lo:
+            tables.append(list(range(256)))
+            continue
+        scale = 255.0 / (hi - lo)
+        offset = -lo * scale
+        tables.append([min(255, max(0, int(i * scale + offset))) for i in range(256)])
+    return _lut(image, torch.tensor(tables))
 
 
 def equalize(image: Image, value: float, fill, interpolation) -> Image:
@@ -87,6 +92,8 @@ def posterize(image: Image, value: float, fill, interpolation) -> Image:
 
 
 def solarize(image: Image, value: float, fill, interpolation) -> Image:
+    if value > 255:  # timm's level 0: a threshold of 256 inverts nothing
+        return image
     return torch.where(image >= int(value), 255 - image, image)
 
 

@@ -1,0 +1,149 @@
+"""Recipes through the CPU backends: the default recipe is the historical view, the same records get
+the same augmentation in every backend, a resume mid-epoch with mixup is exact, progressive resizing
+changes the size at an epoch boundary and nothing else, uint8 output, clear errors."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from datapipe import make_loader
+from datapipe.augment import Recipe, SizeRamp
+from datapipe.formats import open_dataset
+from datapipe.geometry import sample_rng
+from datapipe.transforms import decode_view
+
+CPU_BACKENDS = ["threads", "dataloader", "prefetch"]
+SMALL = dict(batch_size=6, image_size=32, num_workers=1, seed=3)
+
+
+def epoch_batches(loader, epoch=None):
+    if epoch is not None:
+        loader.set_epoch(epoch)
+    return [(b.images.clone(), b.labels.clone(), b.indices.clone()) for b in loader]
+
+
+def same(a, b) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) for p, q in zip(a, b) for x, y in zip(p, q))
+
+
+def test_the_default_recipe_serves_the_historical_pixels(packed_lmdb):
+    """Recipe() = the loader's view before recipes existed: decode_view without a recipe, normalized."""
+    loader = make_loader(packed_lmdb, backend="threads", dtype=torch.uint8, **SMALL)
+    images, labels, indices = next(iter(loader))
+    dataset = open_dataset(packed_lmdb)
+    for image, index in zip(images, indices.tolist()):
+        expected = decode_view(dataset[index].data, 32, train=True, rng=sample_rng(3, 0, index))
+        assert torch.equal(image, expected)
+    assert labels.dtype == torch.int64 and labels.dim() == 1
+    assert same(epoch_batches(make_loader(packed_lmdb, backend="threads", **SMALL)),
+                epoch_batches(make_loader(packed_lmdb, backend="threads", recipe=Recipe(), **SMALL)))
+
+
+@pytest.mark.parametrize("recipe", ["deit", "tv-v2", "rsb-a3"])
+def test_every_cpu_backend_serves_the_same_augmented_batches(packed_lmdb, recipe):
+    runs = [epoch_batches(make_loader(packed_lmdb, backend=b, recipe=recipe, **SMALL), 1) for b in CPU_BACKENDS]
+    assert same(runs[0], runs[1]) and same(runs[0], runs[2])
+    assert runs[0][0][1].dtype == torch.float32 and runs[0][0][1].shape[1] == len(open_dataset(packed_lmdb).classes)
+
+
+def test_same_seed_same_batches_another_epoch_other_ones(packed_lmdb):
+    loader = make_loader(packed_lmdb, backend="threads", recipe="deit", **SMALL)
+    first, again = epoch_batches(loader, 0), epoch_batches(make_loader(packed_lmdb, backend="threads", recipe="deit", **SMALL), 0)
+    assert same(first, again)
+    second = epoch_batches(loader, 1)
+    assert not torch.equal(first[0][0], second[0][0])
+
+
+@pytest.mark.parametrize("backend", ["threads", "dataloader"])
+def test_a_resume_mid_epoch_with_mixup_serves_the_uninterrupted_batches(packed_lmdb, backend):
+    whole = epoch_batches(make_loader(packed_lmdb, backend=backend, recipe="deit", **SMALL), 2)
+    loader = make_loader(packed_lmdb, backend=backend, recipe="deit", **SMALL)
+    loader.set_epoch(2)
+    it = iter(loader)
+    head = [tuple(t.clone() for t in next(it)) for _ in range(2)]
+    state = loader.state_dict()
+    del it
+    resumed = make_loader(packed_lmdb, backend=backend, recipe="deit", **SMALL)
+    resumed.load_state_dict(state)
+    assert same(head + epoch_batches(resumed), whole)
+
+
+def test_a_resume_with_another_recipe_is_refused(packed_lmdb):
+    state = make_loader(packed_lmdb, backend="threads", recipe="deit", **SMALL).state_dict()
+    other = make_loader(packed_lmdb, backend="threads", recipe="deit", re_prob=0.5, **SMALL)
+    with pytest.raises(ValueError, match=r"another augmentation recipe \(re_prob: 0.25 != 0.5\)"):
+        other.load_state_dict(state)
+
+
+def test_progressive_resizing_changes_the_size_at_the_epoch_boundary_only(packed_lmdb):
+    loader = make_loader(packed_lmdb, backend="dataloader", **{**SMALL, "num_workers": 1})
+    fixed = make_loader(packed_lmdb, backend="dataloader", **SMALL)
+    first = epoch_batches(loader, 0)
+    loader.set_image_size(48)
+    assert all(b[0].shape[-1] == 32 for b in first)
+    resized, reference = epoch_batches(loader, 1), epoch_batches(fixed, 1)
+    assert all(b[0].shape[-1] == 48 for b in resized)
+    assert [b[2].tolist() for b in resized] == [b[2].tolist() for b in reference]  # the same order
+    assert loader.state_dict()["image_size"] == 48
+
+
+def test_a_size_schedule_per_epoch(packed_lmdb):
+    ramp = SizeRamp(16, 48, start_epoch=1, end_epoch=3, step=16)
+    assert [ramp(e) for e in range(5)] == [16, 16, 32, 48, 48]
+    loader = make_loader(packed_lmdb, backend="threads", image_size=ramp, batch_size=6, num_workers=1)
+    sizes = [next(iter(loader)).images.shape[-1] for _ in range(4)]
+    assert sizes == [16, 16, 32, 48]
+    with pytest.raises(ValueError, match="it must return an int >= 8"):
+        loader.set_image_size(lambda epoch: 4)
+        next(iter(loader))
+
+
+def test_uint8_output_is_the_pixels(packed_lmdb):
+    images = next(iter(make_loader(packed_lmdb, backend="dataloader", dtype=torch.uint8, **SMALL))).images
+    normalized = next(iter(make_loader(packed_lmdb, backend="dataloader", **SMALL))).images
+    mean = torch.tensor((0.485, 0.456, 0.406)).view(1, 3, 1, 1)
+    std = torch.tensor((0.229, 0.224, 0.225)).view(1, 3, 1, 1)
+    assert images.dtype == torch.uint8
+    assert torch.allclose((images.float() / 255 - mean) / std, normalized, atol=1e-5)
+
+
+def test_recipe_keywords_and_their_errors(packed_lmdb):
+    loader = make_loader(packed_lmdb, backend="threads", recipe="deit", mixup_alpha=0.0, cutmix_alpha=0.0, **SMALL)
+    assert loader.recipe.auto_augment == "rand-m9-mstd0.5-inc1" and not loader.recipe.mixes
+    with pytest.raises(ValueError, match="recipe must be a datapipe.Recipe or one of"):
+        make_loader(packed_lmdb, recipe="deit3")
+    with pytest.raises(ValueError, match="repeated augmentation is not supported yet"):
+        make_loader(packed_lmdb, recipe="deit", aug_repeats=3)
+    with pytest.raises(TypeError):
+        make_loader(packed_lmdb, re_probability=0.5)
+
+
+def test_eval_views_use_the_recipes_crop_pct_and_interpolation(packed_lmdb):
+    dataset = open_dataset(packed_lmdb, "val")
+    loader = make_loader(packed_lmdb, split="val", backend="threads", train=False, recipe="rsb-a3",
+                         dtype=torch.uint8, **SMALL)
+    images, _, indices = next(iter(loader))
+    for image, index in zip(images, indices.tolist()):
+        assert torch.equal(image, decode_view(dataset[index].data, 32, train=False, recipe=loader.recipe))
+    default = decode_view(dataset[int(indices[0])].data, 32, train=False)
+    assert not torch.equal(images[0], default)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_each_record_gets_its_planned_ops(packed_lmdb, backend):
+    """The served pixels are the planner's view plus the planner's ops for that record and epoch."""
+    from datapipe.augment.cpu import apply_ops
+    from datapipe.augment.plan import fill_color, plan_sample
+    from datapipe.layout import image_dims
+
+    recipe = Recipe(auto_augment="rand-m9-n3-mstd0.5", color_jitter=0.4, grayscale_prob=0.3, vflip=0.5)
+    loader = make_loader(packed_lmdb, backend=backend, recipe=recipe, dtype=torch.uint8, **SMALL)
+    dataset, with_ops = open_dataset(packed_lmdb), 0
+    for images, _, indices in epoch_batches(loader, 1):
+        for image, index in zip(images, indices.tolist()):
+            data = dataset[index].data
+            plan = plan_sample(recipe, 3, 1, index, 32, *image_dims(data))
+            view = decode_view(data, 32, train=True, rng=sample_rng(3, 1, index), recipe=recipe)
+            assert torch.equal(image, apply_ops(view, plan.ops, fill=fill_color(recipe)))
+            with_ops += bool(plan.ops) and not torch.equal(image, view)
+    assert with_ops >= 10
