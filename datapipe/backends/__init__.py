@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from ..augment.recipe import Recipe, resolve_recipe
+from ..augment.custom import check_transform
 from ..augment.resolution import size_schedule
 from ..formats import open_dataset
 from ..formats.base import Dataset
@@ -137,6 +138,7 @@ def make_loader(source: str | Path | Dataset, *, split: str = "train", backend: 
         source, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit, sha256=sha256)
     plan = make_plan(dataset, options, resolve_shard(rank, world_size))
     name, reason = choose_backend(backend, options.torch_device, remote=dataset.location.remote)
+    check_transform(options.transform, name, workers=options.workers)
     loader = _loader_class(name)(dataset, plan, options, reason=reason)
     if schedule is not None:
         loader.set_image_size(schedule)

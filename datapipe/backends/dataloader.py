@@ -11,6 +11,7 @@ from ..formats.base import Dataset
 from ..sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan
 from ..storage.isolate import forks_nothing
 from ..augment.cpu import apply_ops
+from ..augment.custom import apply_transform
 from ..augment.plan import fill_color, plan_ops
 from ..geometry import sample_rng
 from ..transforms import decode_view
@@ -39,7 +40,7 @@ class DecodedRecords(torch.utils.data.Dataset):
 
     def __init__(self, dataset: Dataset, options: LoaderOptions) -> None:
         self.dataset = dataset
-        self.train, self.seed, self.recipe = options.train, options.seed, options.recipe
+        self.train, self.seed, self.recipe, self.transform = options.train, options.seed, options.recipe, options.transform
         self.fill = fill_color(options.recipe)
         self.skip = options.on_error == "skip"
 
@@ -54,6 +55,8 @@ class DecodedRecords(torch.utils.data.Dataset):
             ops = plan_ops(self.recipe, size, rng)
             if ops:
                 pixels = apply_ops(pixels, ops, fill=self.fill)
+            if self.transform is not None:
+                pixels = apply_transform(self.transform, pixels, rng)
         return pixels, sample.label
 
     def __getitem__(self, item: Item) -> Decoded:

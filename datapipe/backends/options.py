@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -38,6 +39,7 @@ class LoaderOptions:
     cache_limit: int | None = None
     mix_shards: int | None = None  # shard-wise sampling's block (ShardPlan); None: 16, 1 for datapipe's own shards
     recipe: Recipe = Recipe(name="default")  # the augmentation (datapipe.augment); make_loader resolves names
+    transform: Any = None  # your own per-record transform after the recipe (datapipe.augment.custom)
 
     def __post_init__(self) -> None:
         if self.mix_shards is not None and (not isinstance(self.mix_shards, int) or self.mix_shards < 1):

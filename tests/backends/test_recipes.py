@@ -8,6 +8,7 @@ import torch
 
 from datapipe import make_loader
 from datapipe.augment import Recipe, SizeRamp
+from datapipe.augment.custom import Transform
 from datapipe.formats import open_dataset
 from datapipe.geometry import sample_rng
 from datapipe.transforms import decode_view
@@ -147,3 +148,50 @@ def test_each_record_gets_its_planned_ops(packed_lmdb, backend):
             assert torch.equal(image, apply_ops(view, plan.ops, fill=fill_color(recipe)))
             with_ops += bool(plan.ops) and not torch.equal(image, view)
     assert with_ops >= 10
+
+
+class ChannelShuffle(Transform):
+    """A portable transform: its permutation drawn from the planner's stream."""
+
+    def draw(self, rng):
+        order = [0, 1, 2]
+        rng.shuffle(order)
+        return order
+
+    def apply(self, image, order):
+        return image[order].contiguous()
+
+
+def noisy(image: torch.Tensor) -> torch.Tensor:
+    """An opaque transform drawing from torch's global generator."""
+    return (image.int() + torch.randint(0, 60, image.shape)).clamp(0, 255).to(torch.uint8)
+
+
+def test_a_portable_transform_gets_the_same_parameters_in_every_cpu_backend(packed_lmdb):
+    runs = [epoch_batches(make_loader(packed_lmdb, backend=b, transform=ChannelShuffle(), dtype=torch.uint8, **SMALL), 1)
+            for b in CPU_BACKENDS]
+    plain = epoch_batches(make_loader(packed_lmdb, backend="threads", dtype=torch.uint8, **SMALL), 1)
+    assert same(runs[0], runs[1]) and same(runs[0], runs[2]) and not same(runs[0], plain)
+
+
+def test_an_opaque_transform_is_deterministic_per_record_in_worker_processes(packed_lmdb):
+    one = epoch_batches(make_loader(packed_lmdb, backend="dataloader", transform=noisy, dtype=torch.uint8,
+                                    **{**SMALL, "num_workers": 1}), 0)
+    two = epoch_batches(make_loader(packed_lmdb, backend="dataloader", transform=noisy, dtype=torch.uint8,
+                                    **{**SMALL, "num_workers": 2}), 0)
+    assert same(one, two)
+    other = epoch_batches(make_loader(packed_lmdb, backend="dataloader", transform=noisy, dtype=torch.uint8, **SMALL), 1)
+    assert not torch.equal(one[0][0], other[0][0])
+
+
+@pytest.mark.parametrize("backend", ["threads", "dali"])
+def test_an_opaque_transform_is_refused_where_it_cannot_be_made_deterministic(packed_lmdb, backend):
+    with pytest.raises(ValueError, match=f"backend='{backend}' cannot"):
+        make_loader(packed_lmdb, backend=backend, transform=noisy, **SMALL)
+
+
+def test_a_transform_that_changes_the_image_shape_is_named(packed_lmdb):
+    loader = make_loader(packed_lmdb, backend="dataloader", transform=lambda im: im[:, :8], on_error="raise",
+                         **{**SMALL, "num_workers": 0})
+    with pytest.raises(RuntimeError, match=r"record \d+ .*must return a uint8 tensor of shape \(3, 32, 32\)"):
+        next(iter(loader))

@@ -1,0 +1,70 @@
+"""Your own transform, applied per record after the recipe's ops, in two forms.
+
+- Portable (`datapipe.Transform`): `draw(rng)` returns the record's parameters from the planner's
+  random.Random (so they depend on (seed, epoch, record) only), `apply(image, params)` applies them to
+  a uint8 3 x H x W tensor. Every CPU backend honours it with the same parameters.
+- Opaque: any callable on a uint8 3 x H x W tensor (a torchvision v2 or timm transform) that draws
+  from Python's, NumPy's and torch's global generators. It is made deterministic per record by
+  seeding all three from the record's plan around the call, which is safe only where one thread
+  calls it: the dataloader and prefetch backends' worker processes (or num_workers=0). The threads
+  backend's decode threads share those generators, and DALI runs no Python per sample after the
+  decode: both refuse an opaque transform in one line.
+"""
+from __future__ import annotations
+
+import abc
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+OPAQUE_BACKENDS = ("dataloader", "prefetch")
+
+
+class Transform(abc.ABC):
+    """A per-record transform whose randomness the planner draws (see the module docstring)."""
+
+    @abc.abstractmethod
+    def draw(self, rng: random.Random) -> Any:
+        """The record's parameters, drawn from `rng` only."""
+
+    @abc.abstractmethod
+    def apply(self, image: torch.Tensor, params: Any) -> torch.Tensor:
+        """`image` (uint8 3 x H x W) transformed with `params`; uint8 3 x H x W out, the same size."""
+
+
+def check_transform(transform: Any, backend: str, *, workers: int) -> None:
+    """A ValueError in one line where `backend` cannot honour `transform` per record."""
+    if transform is None or isinstance(transform, Transform):
+        if transform is not None and backend == "dali":
+            raise ValueError("backend='dali' cannot apply a Python transform inside its graph: use a CPU backend "
+                             "(threads, dataloader, prefetch) for transform=")
+        return
+    if not callable(transform):
+        raise ValueError(f"transform must be a datapipe.Transform or a callable on a uint8 CHW tensor, got {transform!r}")
+    if backend not in OPAQUE_BACKENDS and not (backend == "threads" and workers == 0):
+        raise ValueError(f"backend={backend!r} cannot make an opaque transform ({type(transform).__name__}) deterministic "
+                         "per record (its decode threads share the global random generators, or it runs no Python per "
+                         "sample): use backend='dataloader', or write it as a datapipe.Transform (draw + apply)")
+
+
+def apply_transform(transform: Any, image: torch.Tensor, rng: random.Random) -> torch.Tensor:
+    """`image` through the user's transform, its randomness from the record's planner stream."""
+    if isinstance(transform, Transform):
+        return transform.apply(image, transform.draw(rng))
+    seed = rng.getrandbits(63)
+    py_state, np_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        try:
+            out = transform(image)
+        finally:
+            random.setstate(py_state)
+            np.random.set_state(np_state)
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.uint8 or out.shape != image.shape:
+        raise ValueError(f"transform {transform!r} must return a uint8 tensor of shape {tuple(image.shape)}, "
+                         f"got {getattr(out, 'dtype', type(out))} {tuple(getattr(out, 'shape', ()))}")
+    return out
