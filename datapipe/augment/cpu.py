@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -29,12 +30,17 @@ def apply_ops(image: Image, ops, *, fill: tuple[int, int, int] = (0, 0, 0), inte
     return image
 
 
-def _lut(image: Image, table: torch.Tensor) -> Image:
-    """Map each channel's values through its 256-entry uint8 table (3 x 256, or 256 for all)."""
-    table = table.to(torch.uint8)
-    if table.dim() == 1:
-        return table[image.long()]
-    return torch.stack([table[c][image[c].long()] for c in range(3)])
+def _lut(image: Image, table) -> Image:
+    """Map each channel's values through its 256-entry table (3 x 256, or 256 for all), by NumPy's
+    uint8-indexed take (several times torch's int64 gather here)."""
+    table = np.asarray(table, dtype=np.uint8)
+    pixels = image.numpy()
+    if table.ndim == 1:
+        return torch.from_numpy(np.take(table, pixels))
+    return torch.from_numpy(np.stack([np.take(table[c], pixels[c]) for c in range(3)]))
+
+
+_IDENTITY = np.arange(256)
 
 
 def _gray(image: Image) -> torch.Tensor:
@@ -92,14 +98,12 @@ def posterize(image: Image, value: float, fill, interpolation) -> Image:
 
 
 def solarize(image: Image, value: float, fill, interpolation) -> Image:
-    if value > 255:  # timm's level 0: a threshold of 256 inverts nothing
-        return image
-    return torch.where(image >= int(value), 255 - image, image)
+    """Values >= the threshold inverted (a threshold above 255, timm's level 0, inverts nothing)."""
+    return _lut(image, np.where(_IDENTITY >= value, 255 - _IDENTITY, _IDENTITY))
 
 
 def solarize_add(image: Image, value: float, fill, interpolation) -> Image:
-    added = (image.to(torch.int16) + int(value)).clamp_(0, 255).to(torch.uint8)
-    return torch.where(image < 128, added, image)
+    return _lut(image, np.where(_IDENTITY < 128, np.minimum(255, _IDENTITY + int(value)), _IDENTITY))
 
 
 def color(image: Image, value: float, fill, interpolation) -> Image:
@@ -115,14 +119,13 @@ def brightness(image: Image, value: float, fill, interpolation) -> Image:
     return _blend(torch.zeros_like(image), image, value)
 
 
-_SMOOTH = torch.tensor([[1, 1, 1], [1, 5, 1], [1, 1, 1]], dtype=torch.float32) / 13
-
-
 def sharpness(image: Image, value: float, fill, interpolation) -> Image:
-    """PIL's ImageFilter.SMOOTH (3 x 3, centre 5, /13, rounded), its one-pixel border the original's."""
-    smooth = image.clone()
-    inner = F.conv2d(image.to(torch.float32)[:, None], _SMOOTH[None, None])[:, 0]
-    smooth[:, 1:-1, 1:-1] = (inner + 0.5).floor_().clamp_(0, 255).to(torch.uint8)
+    """PIL's ImageFilter.SMOOTH (3 x 3 of ones, centre 5, / 13, rounded), its one-pixel border the
+    original's: the 3 x 3 sum (a box filter) plus 4 x the centre."""
+    pixels = image.to(torch.float32)
+    box = F.avg_pool2d(pixels[None], 3, stride=1)[0] * 9
+    smooth = pixels.clone()
+    smooth[:, 1:-1, 1:-1] = ((box + 4 * pixels[:, 1:-1, 1:-1]) / 13 + 0.5).floor_()
     return _blend(smooth, image, value)
 
 
@@ -139,15 +142,15 @@ def _affine(image: Image, matrix: tuple[float, ...], fill, interpolation: str) -
     input at (a x + b y + c, d x + e y + f); pixels from outside the image get `fill`."""
     _, h, w = image.shape
     a, b, c, d, e, f = matrix
-    ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float32) + 0.5, torch.arange(w, dtype=torch.float32) + 0.5,
-                            indexing="ij")
-    grid = torch.stack(((a * xs + b * ys + c) / w * 2 - 1, (d * xs + e * ys + f) / h * 2 - 1), dim=-1)[None]
-    src = torch.cat((image.to(torch.float32), torch.ones((1, h, w))))[None]
+    # the same map in grid_sample's coordinates (-1..1 over the pixels' outer edges, align_corners=False)
+    theta = torch.tensor([[a, b * h / w, a + b * h / w + 2 * c / w - 1],
+                          [d * w / h, e, d * w / h + e + 2 * f / h - 1]], dtype=torch.float32)
+    grid = F.affine_grid(theta[None], [1, 3, h, w], align_corners=False)
     mode = "bicubic" if interpolation == "bicubic" else "bilinear"
-    out = F.grid_sample(src, grid, mode=mode, padding_mode="zeros", align_corners=False)[0]
-    inside = out[3:] > 0.5  # PIL fills a pixel whose centre maps outside the image
+    out = F.grid_sample(image.to(torch.float32)[None], grid, mode=mode, padding_mode="border", align_corners=False)[0]
+    inside = (grid.abs() <= 1).all(-1)  # PIL fills a pixel whose centre maps outside the image
     colour = torch.tensor(fill, dtype=torch.float32).view(3, 1, 1)
-    return torch.where(inside, out[:3], colour).round_().clamp_(0, 255).to(torch.uint8)
+    return torch.where(inside, out, colour).round_().clamp_(0, 255).to(torch.uint8)
 
 
 def rotate(image: Image, value: float, fill, interpolation) -> Image:
