@@ -32,6 +32,7 @@ demo: install
 	$(BIN)/datapipe info $(DEMO)/sample.h5
 	$(BIN)/datapipe info $(DEMO)/sample.wds
 	$(BIN)/datapipe doctor $(DEMO)/sample.lmdb
+	$(BIN)/datapipe preview $(DEMO)/sample.lmdb --recipe deit --out $(DEMO)/preview.png --records 4 --image-size 96
 	$(BIN)/datapipe bench $(DEMO)/sample.lmdb $(DEMO)/sample.h5 $(DEMO)/sample.wds --batch-size 32 \
 		--seconds 2 --repeats 3 --json $(DEMO)/bench.json --plot $(DEMO)/bench.png
 	$(BIN)/datapipe train $(DEMO)/sample.lmdb --model resnet18 --epochs 1 --batch-size 32 --image-size 128 \

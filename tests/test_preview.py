@@ -1,0 +1,115 @@
+"""`datapipe preview`: the grid's shape, the same view per record in every backend, skipped and failing backends."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import datapipe.preview as preview_module
+from datapipe.errors import ExpectedError
+from datapipe.preview import (CAPTION_LINES, LABEL_W, LINE_H, PAD, PreviewOptions, captions, grid_layout, preview,
+                              tile_origin)
+from tests.conftest import IMAGEFOLDER
+
+SIZE = 32
+# deit: auto-augment, pixel erasing, mixup/cutmix and smoothing: every stage a backend could get wrong
+OPTIONS = PreviewOptions(recipe="deit", records=4, epochs=2, backends=("threads", "dataloader"), image_size=SIZE)
+
+
+@pytest.fixture(scope="module")
+def shown():
+    return preview(IMAGEFOLDER, OPTIONS)
+
+
+def test_grid_has_the_expected_size_and_the_tiles_in_place(shown, tmp_path):
+    path = shown.save(tmp_path / "sub" / "grid.png")
+    picture = np.asarray(Image.open(path).convert("RGB"))
+    top = grid_layout(shown)[2]
+    rows = OPTIONS.epochs * len(OPTIONS.backends)
+    assert picture.shape == (top + rows * (SIZE + CAPTION_LINES * LINE_H + PAD) + PAD,
+                             LABEL_W + OPTIONS.records * (SIZE + PAD) + PAD, 3)
+    assert [(row.epoch, row.backend) for row in shown.rows] == [
+        (0, "threads"), (0, "dataloader"), (1, "threads"), (1, "dataloader")]  # epoch-major: backends adjacent
+    for r, row in enumerate(shown.rows):
+        assert row.images.shape == (OPTIONS.records, 3, SIZE, SIZE) and row.images.dtype == torch.uint8
+        for c, image in enumerate(row.images):
+            left, top = tile_origin(shown, r, c)
+            np.testing.assert_array_equal(picture[top:top + SIZE, left:left + SIZE], image.permute(1, 2, 0).numpy())
+
+
+def test_threads_and_dataloader_tiles_are_pixel_identical(shown):
+    for epoch in range(OPTIONS.epochs):
+        threads, dataloader = shown.row("threads", epoch), shown.row("dataloader", epoch)
+        assert threads.indices == dataloader.indices and threads.captions == dataloader.captions
+        assert torch.equal(threads.images, dataloader.images), f"epoch {epoch}: the backends' views differ"
+
+
+def test_epochs_show_new_views(shown):
+    zero, one = shown.row("threads", 0), shown.row("threads", 1)
+    assert zero.indices != one.indices  # a new order: the first batch holds other records
+    assert not torch.equal(zero.images, one.images)
+    assert (zero.images.float() - one.images.float()).abs().mean() > 10
+
+
+def test_soft_targets_are_captioned_with_their_top_two_classes(shown):
+    assert all(len(c) == 3 and c[0].startswith("#") for row in shown.rows for c in row.captions)
+    soft = torch.tensor([[0.1, 0.6, 0.3]])
+    assert captions(soft, [7], ["cat", "dog", "fish"]) == [["#7", "dog 0.60", "fish 0.30"]]
+    assert captions(torch.tensor([2]), [5], ["cat", "dog", "fish"]) == [["#5", "fish"]]
+    assert "deit (" in shown.header() and "mixup_alpha=0.8" in shown.header()
+
+
+@pytest.mark.parametrize("backends, match", [(("threads", "nope"), "unknown or repeated \\['nope'\\]"),
+                                             ((), "unknown or repeated"), (("threads", "threads"), "repeated")])
+def test_an_unknown_backend_is_a_one_line_error(backends, match):
+    with pytest.raises(ValueError, match=match) as caught:
+        PreviewOptions(backends=backends)
+    assert "\n" not in str(caught.value) and "threads,dataloader,prefetch,dali" in str(caught.value)
+
+
+def test_a_missing_dali_is_skipped_with_a_note(monkeypatch):
+    monkeypatch.setattr(preview_module, "dali_installed", lambda: False)
+    shown = preview(IMAGEFOLDER, PreviewOptions(records=2, epochs=1, backends=("threads", "dali"), image_size=16))
+    assert [row.backend for row in shown.rows] == ["threads"]
+    assert "dali: skipped, not installed (pip install 'datapipe[dali]')" in shown.notes
+
+
+def test_a_failing_backend_is_named_in_one_line_and_the_rest_render(monkeypatch):
+    real = preview_module.make_loader
+
+    def make_loader(source, *, backend, **kw):
+        if backend == "dataloader":
+            raise RuntimeError("worker exploded\nwith a long traceback")
+        return real(source, backend=backend, **kw)
+
+    monkeypatch.setattr(preview_module, "make_loader", make_loader)
+    options = PreviewOptions(records=2, epochs=1, backends=("dataloader", "threads"), image_size=16)
+    shown = preview(IMAGEFOLDER, options)
+    assert [row.backend for row in shown.rows] == ["threads"]
+    assert "dataloader: failed, not shown: worker exploded" in shown.notes
+    with pytest.raises(ExpectedError, match="no backend produced a batch: dataloader: failed"):
+        preview(IMAGEFOLDER, PreviewOptions(records=2, epochs=1, backends=("dataloader",), image_size=16))
+
+
+def run(*args):
+    command = [sys.executable, "-m", "datapipe", "preview", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+def test_cli_preview_writes_the_png(tmp_path):
+    out = tmp_path / "grid.png"
+    done = run(IMAGEFOLDER, "--recipe", "tv-v2", "--out", out, "--records", "3", "--epochs", "2",
+               "--backends", "threads,dataloader", "--image-size", "24")
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {out}: 2 epochs x threads, dataloader, 3 records each, recipe tv-v2" in done.stdout
+    assert Image.open(out).size[0] == LABEL_W + 3 * (24 + PAD) + PAD
+
+
+@pytest.mark.parametrize("args, match", [(["--backends", "threads,fast"], "unknown or repeated ['fast']"),
+                                         (["--recipe", "nope"], "recipe must be a datapipe.Recipe or one of")])
+def test_cli_preview_bad_options_are_one_line(tmp_path, args, match):
+    done = run(IMAGEFOLDER, "--out", tmp_path / "x.png", *args)
+    assert done.returncode == 2 and done.stderr.startswith("datapipe preview: error: ") and match in done.stderr
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "x.png").exists()
