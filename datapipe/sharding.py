@@ -42,11 +42,24 @@ def resolve_shard(rank: int | None, world_size: int | None) -> Shard:
     return Shard(rank or 0, world_size or 1)
 
 
-def epoch_order(size: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
-    """All record indices in this epoch's order."""
+def epoch_order(size: int, *, seed: int, epoch: int, shuffle: bool, repeats: int = 1) -> np.ndarray:
+    """All record indices in this epoch's order. With `repeats` r > 1 (repeated augmentation, timm's
+    RepeatAugSampler): each record of the permutation r times in a row, the epoch still `size` long
+    (so it holds size / r records), the k-th copy of record i written as the key i + k * size
+    (`record_of` and `repeat_key` read it): its augmentation is drawn for that key, so the copies
+    differ. Ranks take interleaved positions, so a record's copies go to different ranks."""
     if not shuffle:
         return np.arange(size, dtype=np.int64)
-    return np.random.default_rng([seed, epoch]).permutation(size).astype(np.int64)
+    order = np.random.default_rng([seed, epoch]).permutation(size).astype(np.int64)
+    if repeats == 1:
+        return order
+    copies = np.repeat(order, repeats)[:size] + np.tile(np.arange(repeats, dtype=np.int64), size)[:size] * size
+    return copies
+
+
+def record_of(key: int, size: int) -> int:
+    """The record a plan's key (a record index, or a repeat's key i + k * size) stands for."""
+    return key % size
 
 
 def check_plan(plan: "EpochPlan | ShardPlan") -> None:
@@ -76,9 +89,12 @@ class EpochPlan:
     seed: int = 0
     shuffle: bool = True
     drop_last: bool = False
+    repeats: int = 1  # repeated augmentation: each record's copies in a row (epoch_order)
 
     def __post_init__(self) -> None:
         check_plan(self)
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be >= 1, got {self.repeats}")
 
     def samples_per_rank(self, offset: int = 0) -> int:
         """This rank's sample count from global position `offset` to the end of the epoch."""
@@ -134,7 +150,7 @@ class EpochPlan:
         """This rank's record indices for `epoch` from global position `offset`, in order. Padding
         wraps around to the start of the epoch's order, whatever the offset, so a resumed epoch pads
         with the same samples as an unbroken one."""
-        order = epoch_order(self.size, seed=self.seed, epoch=epoch, shuffle=self.shuffle)
+        order = epoch_order(self.size, seed=self.seed, epoch=epoch, shuffle=self.shuffle, repeats=self.repeats)
         world = self.shard.world_size
         rest = order[min(offset, self.size):]
         total = self.samples_per_rank(offset) * world

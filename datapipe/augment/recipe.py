@@ -183,9 +183,6 @@ class Recipe:
         return ", ".join(f"{k}: {a[k]!r} != {b[k]!r}" for k in a if k != "name" and a[k] != b[k])
 
 
-# Repeated augmentation (DeiT 3, torchvision 4) needs a repeating sampler that datapipe.sharding does
-# not have yet: the presets run without it (docs/augmentation.md says so).
-REPEATS_LATER = 1
 # The presets, each from its own source (docs/augmentation.md has the table and the links).
 PRESETS: dict[str, Recipe] = {
     "default": Recipe(name="default"),
@@ -195,12 +192,12 @@ PRESETS: dict[str, Recipe] = {
     # DeiT (facebookresearch/deit main.py defaults).
     "deit": Recipe(name="deit", interpolation="bicubic", auto_augment="rand-m9-mstd0.5-inc1", re_prob=0.25,
                    re_mode="pixel", mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5, label_smoothing=0.1,
-                   aug_repeats=REPEATS_LATER, crop_pct=0.875, eval_interpolation="bicubic"),  # DeiT: 3
+                   aug_repeats=3, crop_pct=0.875, eval_interpolation="bicubic"),
     # FFCV ResNet-50 (ffcv-imagenet rn50 configs): crop + flip, resolution ramp 160 -> 192, smoothing.
     "ffcv-rn50": Recipe(name="ffcv-rn50", label_smoothing=0.1, crop_pct=224 / 256),
     # torchvision's "new recipe" ResNet-50 V2 (torchvision references/classification, IMAGENET1K_V2).
     "tv-v2": Recipe(name="tv-v2", auto_augment="ta_wide", re_prob=0.1, re_mode="const", mixup_alpha=0.2,
-                    cutmix_alpha=1.0, label_smoothing=0.1, aug_repeats=REPEATS_LATER, crop_pct=224 / 232),  # tv: 4
+                    cutmix_alpha=1.0, label_smoothing=0.1, aug_repeats=4, crop_pct=224 / 232),
 }
 # The train sizes those recipes use (the loader's image_size is the user's to set).
 PRESET_TRAIN_SIZES = {"rsb-a3": 160, "deit": 224, "ffcv-rn50": 160, "tv-v2": 176, "default": 224}

@@ -88,7 +88,10 @@ def make_plan(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochPl
             dataset.location.cache.require(sum(s["bytes"] for s in dataset.shard_entries()),
                                            "sampling='global' reads from every shard all epoch long: its shards")
         return EpochPlan(len(dataset), options.batch_size, shard, options.seed, shuffle=options.train,
-                         drop_last=options.drop_last)
+                         drop_last=options.drop_last, repeats=options.recipe.aug_repeats if options.train else 1)
+    if options.train and options.recipe.aug_repeats > 1:
+        raise ValueError(f"aug_repeats={options.recipe.aug_repeats} (repeated augmentation) needs sampling='global'; "
+                         "shard-wise sampling reads each record once per epoch")
     sizes = getattr(dataset, "shard_sizes", None)
     if sizes is None:
         raise ValueError(f"sampling='shards' needs a sharded dataset (.wds or shard files); {dataset} is "

@@ -162,9 +162,10 @@ class Loader(abc.ABC):
         self._offset, self._served, self._iterated = self.position, 0, True
         self._epoch_bad = 0 if self._offset == self.plan.start else self._epoch_bad
         try:
+            keys = self._repeat_keys()
             for batch in self._iterate(self.epoch, self._offset):
                 if self.stage is not None:
-                    batch = self._batch_stage(batch)
+                    batch = self._batch_stage(batch, None if keys is None else keys[self._served])
                 self._served += 1
                 yield batch
         except Exception as exc:
@@ -173,10 +174,17 @@ class Loader(abc.ABC):
                 raise
             raise died from exc
 
-    def _batch_stage(self, batch: Batch) -> Batch:
+    def _repeat_keys(self) -> list | None:
+        """Under repeated augmentation with erasing, this iteration's batches as the plan's keys (a
+        record's copies have keys of their own, so their erasing boxes differ); else None."""
+        if self.stage is None or getattr(self.plan, "repeats", 1) == 1 or self.recipe.re_prob == 0:
+            return None
+        return self.plan.batches(self.epoch, self._offset)
+
+    def _batch_stage(self, batch: Batch, keys=None) -> Batch:
         """Erasing, mixup/cutmix and soft targets, seeded by the batch's position in the epoch."""
-        images, labels = self.stage(batch.images, batch.labels, batch.indices, epoch=self.epoch,
-                                    position=self.position, rank=self.shard.rank)
+        images, labels = self.stage(batch.images, batch.labels, batch.indices if keys is None else torch.as_tensor(keys),
+                                    epoch=self.epoch, position=self.position, rank=self.shard.rank)
         return Batch(images, labels, batch.indices)
 
     def _worker_died(self, exc: Exception) -> WorkerDied | None:

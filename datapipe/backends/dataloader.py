@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ..formats.base import Dataset
-from ..sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan
+from ..sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan, record_of
 from ..storage.isolate import forks_nothing
 from ..augment.cpu import apply_ops
 from ..augment.custom import apply_transform
@@ -47,9 +47,10 @@ class DecodedRecords(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def _decode(self, epoch: int, index: int, size: int) -> tuple[torch.Tensor, int]:
+    def _decode(self, epoch: int, index: int, size: int, key: int) -> tuple[torch.Tensor, int]:
+        """Record `index`'s view and ops; `key` seeds them (the record, or its repeat's key)."""
         sample = self.dataset[index]
-        rng = sample_rng(self.seed, epoch, index)
+        rng = sample_rng(self.seed, epoch, key)
         pixels = decode_view(sample.data, size, train=self.train, rng=rng, recipe=self.recipe)
         if self.train:
             ops = plan_ops(self.recipe, size, rng)
@@ -60,11 +61,13 @@ class DecodedRecords(torch.utils.data.Dataset):
         return pixels, sample.label
 
     def __getitem__(self, item: Item) -> Decoded:
-        epoch, index, ahead, size = item
+        epoch, key, ahead, size = item
         if ahead:
             self.dataset.read_ahead(list(ahead))
+        index = record_of(key, len(self.dataset))
         (pixels, label), served, bad = serve_or_substitute(
-            lambda i: self._decode(epoch, i, size), self.dataset, index, seed=self.seed, epoch=epoch, skip=self.skip)
+            lambda i: self._decode(epoch, i, size, key if i == index else i), self.dataset, index, seed=self.seed,
+            epoch=epoch, skip=self.skip)
         return pixels, label, served, bad
 
 

@@ -113,8 +113,6 @@ def test_recipe_keywords_and_their_errors(packed_lmdb):
     assert loader.recipe.auto_augment == "rand-m9-mstd0.5-inc1" and not loader.recipe.mixes
     with pytest.raises(ValueError, match="recipe must be a datapipe.Recipe or one of"):
         make_loader(packed_lmdb, recipe="deit3")
-    with pytest.raises(ValueError, match="repeated augmentation is not supported yet"):
-        make_loader(packed_lmdb, recipe="deit", aug_repeats=3)
     with pytest.raises(TypeError):
         make_loader(packed_lmdb, re_probability=0.5)
 
@@ -195,3 +193,32 @@ def test_a_transform_that_changes_the_image_shape_is_named(packed_lmdb):
                          **{**SMALL, "num_workers": 0})
     with pytest.raises(RuntimeError, match=r"record \d+ .*must return a uint8 tensor of shape \(3, 32, 32\)"):
         next(iter(loader))
+
+
+def test_repeated_augmentation_serves_each_record_in_a_row_with_its_own_augmentation(packed_lmdb):
+    """timm's RepeatAugSampler: an epoch as long as the dataset, each of a third of the records 3
+    times in a row, every copy with its own crop, ops and erasing box."""
+    recipe = Recipe(auto_augment="rand-m9-mstd0.5-inc1", re_prob=1.0, aug_repeats=3)
+    loader = make_loader(packed_lmdb, backend="threads", recipe=recipe, dtype=torch.uint8, **SMALL)
+    served = epoch_batches(loader, 0)
+    indices = torch.cat([b[2] for b in served]).tolist()
+    size = len(loader.dataset)
+    assert len(indices) == size
+    runs = [indices[i:i + 3] for i in range(0, size - size % 3, 3)]
+    assert all(len(set(run)) == 1 for run in runs) and len({run[0] for run in runs}) == len(runs)
+    images = torch.cat([b[0] for b in served])
+    for k in range(0, 3 * len(runs), 3):
+        assert not torch.equal(images[k], images[k + 1]) and not torch.equal(images[k + 1], images[k + 2])
+    assert epoch_batches(loader, 1)[0][2].tolist() != served[0][2].tolist()
+
+
+def test_repeated_copies_go_to_different_ranks(packed_lmdb):
+    ranks = [torch.cat([b[2] for b in epoch_batches(make_loader(packed_lmdb, backend="threads", recipe="deit",
+                                                               rank=r, world_size=3, **SMALL), 0)]).tolist()
+             for r in range(3)]
+    assert ranks[0] == ranks[1] == ranks[2]  # position 3j + r holds the r-th copy of the j-th record
+
+
+def test_repeated_augmentation_needs_global_sampling(packed_wds):
+    with pytest.raises(ValueError, match="needs sampling='global'"):
+        make_loader(packed_wds, recipe="deit", sampling="shards", **SMALL)
