@@ -34,6 +34,19 @@ class BatchStage:
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor, *, epoch: int,
                  position: Any, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`images` erased and mixed in place (the batch is the loader's own), and the targets.
+        `indices`: the records' keys (record indices, or their repeats' keys). On a CPU device the
+        decode threads own the cores: torch runs this in one thread, as the normalize does."""
+        if images.device.type != "cpu":
+            return self._apply(images, labels, indices, epoch, position, rank)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self._apply(images, labels, indices, epoch, position, rank)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _apply(self, images, labels, indices, epoch, position, rank):
         r = self.recipe
         if r.re_prob > 0:
             images = self.erase(images, indices, epoch)
@@ -66,10 +79,11 @@ class BatchStage:
             boxes, noise_seed = plan_erase(self.recipe, self.seed, epoch, int(index), size)
             if not boxes:
                 continue
-            generator = torch.Generator().manual_seed(noise_seed)
+            generator = np.random.default_rng(noise_seed)
             for top, left, h, w in boxes:
                 shape = {"pixel": (3, h, w), "rand": (3, 1, 1), "const": None}[self.recipe.re_mode]
-                patch = torch.zeros(3, 1, 1) if shape is None else torch.randn(shape, generator=generator)
+                patch = torch.zeros(3, 1, 1) if shape is None else torch.from_numpy(
+                    generator.standard_normal(shape, dtype=np.float32))
                 if not self.normalized:  # uint8 output: the same values, un-normalized
                     patch = ((patch * std + mean) * 255).round_().clamp_(0, 255)
                 images[k, :, top:top + h, left:left + w] = patch.to(images.device, images.dtype)
@@ -101,26 +115,44 @@ class BatchStage:
         left, right = int(np.clip(cx - cut_w // 2, 0, w)), int(np.clip(cx + cut_w // 2, 0, w))
         return top, bottom, left, right, 1.0 - (bottom - top) * (right - left) / float(h * w)
 
-    def _blend(self, a: torch.Tensor, b: torch.Tensor, lam: float) -> torch.Tensor:
+    @staticmethod
+    def _blend_pair(a: torch.Tensor, b: torch.Tensor, lam: float) -> None:
+        """a, b <- lam a + (1 - lam) b, lam b + (1 - lam) a, in place (uint8: rounded)."""
         if a.dtype == torch.uint8:
-            return (a.to(torch.float32) * lam + b.to(torch.float32) * (1 - lam)).round_().to(torch.uint8)
-        return a * lam + b * (1 - lam)
+            fa, fb = a.to(torch.float32), b.to(torch.float32)
+            a.copy_(torch.lerp(fa, fb, 1 - lam).round_())
+            b.copy_(torch.lerp(fb, fa, 1 - lam).round_())
+            return
+        kept = a.clone()
+        a.lerp_(b, 1 - lam)
+        b.lerp_(kept, 1 - lam)
+
+    @staticmethod
+    def _swap_box(a: torch.Tensor, b: torch.Tensor, box: tuple[int, int, int, int]) -> None:
+        """Exchange the box (top, bottom, left, right) between images a and b, in place."""
+        top, bottom, left, right = box
+        kept = a[:, top:bottom, left:right].clone()
+        a[:, top:bottom, left:right] = b[:, top:bottom, left:right]
+        b[:, top:bottom, left:right] = kept
 
     def _mix_batch(self, images: torch.Tensor, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """One lam for the batch; sample i mixed with N-1-i, pair by pair in place (no batch copy)."""
         lams, cut = self._draw(rng, None)
-        lam = float(lams[0])
-        n = len(images)
+        lam, n = float(lams[0]), len(images)
         if lam == 1.0:
             return images, torch.ones(n)
-        partner = images.flip(0)
         if cut[0]:
-            top, bottom, left, right, lam = self._cut_box(rng, lam, *images.shape[-2:])
-            mixed = images.clone()
-            mixed[:, :, top:bottom, left:right] = partner[:, :, top:bottom, left:right]
-            return mixed, torch.full((n,), lam)
-        return self._blend(images, partner, lam), torch.full((n,), lam)
+            *box, lam = self._cut_box(rng, lam, *images.shape[-2:])
+        for i in range(n // 2):
+            if cut[0]:
+                self._swap_box(images[i], images[n - 1 - i], tuple(box))
+            else:
+                self._blend_pair(images[i], images[n - 1 - i], lam)
+        return images, torch.full((n,), lam)
 
     def _mix_elem(self, images: torch.Tensor, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """timm's elem mode: a lam (and mixup or cutmix) per sample, each mixed with its partner's
+        original pixels."""
         n = len(images)
         lams, cut = self._draw(rng, n)
         original, mixed = images, images.clone()
@@ -132,7 +164,9 @@ class BatchStage:
             if cut[i]:
                 top, bottom, left, right, lam = self._cut_box(rng, lam, *images.shape[-2:])
                 mixed[i, :, top:bottom, left:right] = original[j, :, top:bottom, left:right]
+            elif images.dtype == torch.uint8:
+                mixed[i] = torch.lerp(original[i].float(), original[j].float(), 1 - lam).round_()
             else:
-                mixed[i] = self._blend(original[i], original[j], lam)
+                mixed[i] = torch.lerp(original[i], original[j], 1 - lam)
             out[i] = lam
         return mixed, out

@@ -50,8 +50,13 @@ class BenchOptions:
     sampling: str = "auto"
     cache_dir: str | None = None
     cache_limit: int | None = None
+    recipe: str | None = None  # a preset name (datapipe.augment): the loader suites serve that recipe
 
     def __post_init__(self) -> None:
+        if self.recipe is not None:
+            from ..augment.recipe import resolve_recipe
+
+            resolve_recipe(self.recipe)  # a ValueError naming the presets
         unknown = set(self.backends) - {"threads", "dataloader", "prefetch", "dali"}
         if unknown:
             raise ValueError(f"unknown backends {sorted(unknown)}; choose from threads, dataloader, prefetch, dali")
@@ -231,7 +236,7 @@ def _loader_case(name: str, ds: Dataset, opts: BenchOptions, device: torch.devic
     settings = dict(num_workers=workers) | overrides
     try:
         loader = make_loader(ds, backend=backend, batch_size=opts.batch_size, image_size=opts.image_size,
-                             device=opts.device, sampling=opts.sampling,
+                             device=opts.device, sampling=opts.sampling, recipe=opts.recipe,
                              max_bad_fraction=1.0, **settings)  # speed is measured here, not data health
     except ImportError as exc:
         return Case(name, ds.format, suite, label, None, note=f"skipped: {exc}")
