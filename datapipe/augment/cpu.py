@@ -43,18 +43,24 @@ def _lut(image: Image, table) -> Image:
 _IDENTITY = np.arange(256)
 
 
+_L_WEIGHTS = torch.tensor([19595.0, 38470.0, 7471.0])
+
+
+def _gray_float(pixels: torch.Tensor) -> torch.Tensor:
+    """PIL's convert("L"), (R 19595 + G 38470 + B 7471 + 32768) >> 16, on float32 pixels 3 x H x W:
+    exact, every sum stays below 2^24 and the division is by a power of two."""
+    return torch.tensordot(_L_WEIGHTS, pixels, dims=1).add_(32768).div_(65536).floor_()
+
+
 def _gray(image: Image) -> torch.Tensor:
-    """PIL's convert("L"): (R 19595 + G 38470 + B 7471 + 32768) >> 16, int32 H x W."""
-    r, g, b = image.to(torch.int32).unbind(0)
-    return (r * 19595 + g * 38470 + b * 7471 + 32768) >> 16
+    return _gray_float(image.to(torch.float32))
 
 
-def _blend(degenerate: torch.Tensor, image: Image, factor: float) -> Image:
+def _blend(degenerate: torch.Tensor, image: Image, factor: float, pixels: torch.Tensor | None = None) -> Image:
     """PIL's Image.blend(degenerate, image, factor): degenerate + factor (image - degenerate), clipped
-    to 0..255 and truncated to uint8 as PIL does."""
-    d = degenerate.to(torch.float32)
-    out = d + factor * (image.to(torch.float32) - d)
-    return out.clamp_(0, 255).to(torch.uint8)
+    to 0..255 and truncated to uint8 as PIL does. `pixels`: image as float32, if already made."""
+    out = image.to(torch.float32) if pixels is None else pixels
+    return out.sub_(degenerate).mul_(factor).add_(degenerate).clamp_(0, 255).to(torch.uint8)
 
 
 def auto_contrast(image: Image, value: float, fill, interpolation) -> Image:
@@ -107,26 +113,32 @@ def solarize_add(image: Image, value: float, fill, interpolation) -> Image:
 
 
 def color(image: Image, value: float, fill, interpolation) -> Image:
-    return _blend(_gray(image)[None].expand_as(image), image, value)
+    pixels = image.to(torch.float32)
+    return _blend(_gray_float(pixels)[None], image, value, pixels)
 
 
 def contrast(image: Image, value: float, fill, interpolation) -> Image:
-    mean = int(_gray(image).to(torch.float64).mean().item() + 0.5)
-    return _blend(torch.full_like(image, mean), image, value)
+    """ImageEnhance.Contrast: blend with the L image's mean, int(mean + 0.5)."""
+    pixels = image.to(torch.float32)
+    mean = int(_gray_float(pixels).to(torch.float64).mean().item() + 0.5)
+    return _blend(torch.tensor(float(mean)), image, value, pixels)
 
 
 def brightness(image: Image, value: float, fill, interpolation) -> Image:
-    return _blend(torch.zeros_like(image), image, value)
+    return image.to(torch.float32).mul_(value).clamp_(0, 255).to(torch.uint8)
 
 
 def sharpness(image: Image, value: float, fill, interpolation) -> Image:
     """PIL's ImageFilter.SMOOTH (3 x 3 of ones, centre 5, / 13, rounded), its one-pixel border the
-    original's: the 3 x 3 sum (a box filter) plus 4 x the centre."""
+    original's: the 3 x 3 sum (a box filter, by shifted adds) plus 4 x the centre."""
     pixels = image.to(torch.float32)
-    box = F.avg_pool2d(pixels[None], 3, stride=1)[0] * 9
+    rows = pixels[:, :-2] + pixels[:, 1:-1]
+    rows += pixels[:, 2:]
+    box = rows[:, :, :-2] + rows[:, :, 1:-1]
+    box += rows[:, :, 2:]
     smooth = pixels.clone()
-    smooth[:, 1:-1, 1:-1] = ((box + 4 * pixels[:, 1:-1, 1:-1]) / 13 + 0.5).floor_()
-    return _blend(smooth, image, value)
+    smooth[:, 1:-1, 1:-1] = box.add_(pixels[:, 1:-1, 1:-1], alpha=4).div_(13).add_(0.5).floor_()
+    return _blend(smooth, image, value, pixels)
 
 
 def vflip(image: Image, value: float, fill, interpolation) -> Image:
