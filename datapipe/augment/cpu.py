@@ -5,14 +5,13 @@ point ops, integer blends truncated as PIL's, grid_sample for the affine ops (bi
 the fill for uncovered pixels)."""
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .ops import KINDS
+from .ops import AFFINE, KINDS
 
 Image = torch.Tensor  # uint8, 3 x H x W
 _LEVELS = torch.arange(256, dtype=torch.float32)
@@ -160,34 +159,22 @@ def _affine(image: Image, matrix: tuple[float, ...], fill, interpolation: str) -
     grid = F.affine_grid(theta[None], [1, 3, h, w], align_corners=False)
     mode = "bicubic" if interpolation == "bicubic" else "bilinear"
     out = F.grid_sample(image.to(torch.float32)[None], grid, mode=mode, padding_mode="border", align_corners=False)[0]
-    inside = (grid.abs() <= 1).all(-1)  # PIL fills a pixel whose centre maps outside the image
+    inside = ((grid >= -1) & (grid < 1)).all(-1)  # PIL fills a pixel whose centre maps outside [0, size)
     colour = torch.tensor(fill, dtype=torch.float32).view(3, 1, 1)
     return torch.where(inside, out, colour).round_().clamp_(0, 255).to(torch.uint8)
 
 
-def rotate(image: Image, value: float, fill, interpolation) -> Image:
-    """PIL's Image.rotate(degrees): counter-clockwise about the image centre, same size."""
-    _, h, w = image.shape
-    angle = -math.radians(value)
-    a, b, d, e = math.cos(angle), math.sin(angle), -math.sin(angle), math.cos(angle)
-    cx, cy = w / 2, h / 2
-    return _affine(image, (a, b, cx - a * cx - b * cy, d, e, cy - d * cx - e * cy), fill, interpolation)
+def _warp(kind: str) -> Callable[[Image, float, tuple, str], Image]:
+    """The applier of a geometric kind: its PIL matrix (ops.AFFINE) on this image's size."""
+    def apply(image: Image, value: float, fill, interpolation) -> Image:
+        _, h, w = image.shape
+        return _affine(image, AFFINE[kind](value, w, h), fill, interpolation)
+    apply.__name__ = kind
+    return apply
 
 
-def shear_x(image: Image, value: float, fill, interpolation) -> Image:
-    return _affine(image, (1, value, 0, 0, 1, 0), fill, interpolation)
-
-
-def shear_y(image: Image, value: float, fill, interpolation) -> Image:
-    return _affine(image, (1, 0, 0, value, 1, 0), fill, interpolation)
-
-
-def translate_x(image: Image, value: float, fill, interpolation) -> Image:
-    return _affine(image, (1, 0, value, 0, 1, 0), fill, interpolation)
-
-
-def translate_y(image: Image, value: float, fill, interpolation) -> Image:
-    return _affine(image, (1, 0, 0, 0, 1, value), fill, interpolation)
+rotate, shear_x, shear_y, translate_x, translate_y = (_warp(k) for k in ("rotate", "shear_x", "shear_y",
+                                                                         "translate_x", "translate_y"))
 
 
 APPLIERS: dict[str, Callable[[Image, float, tuple, str], Image]] = {

@@ -8,6 +8,7 @@ source workers import it.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,7 +34,7 @@ KINDS = (
     "grayscale",      # - (the L image in all three channels)
 )
 KIND_ID = {name: k for k, name in enumerate(KINDS)}
-GEOMETRIC = frozenset({"rotate", "shear_x", "shear_y", "translate_x", "translate_y"})
+Matrix = tuple[float, float, float, float, float, float]
 LEVEL_MAX = 10.0  # timm's _LEVEL_DENOM
 
 
@@ -133,3 +134,22 @@ TRIVIAL_OPS: tuple[tuple[str, float, float, bool], ...] = (
     ("auto_contrast", 0, 0, False), ("equalize", 0, 0, False),
 )
 ENHANCE = frozenset({"brightness", "color", "contrast", "sharpness"})
+
+
+def _rotation(value: float, width: int, height: int) -> Matrix:
+    """PIL's Image.rotate as an output -> input map: counter-clockwise `value` degrees about the centre."""
+    angle = -math.radians(value)
+    a, b, d, e = math.cos(angle), math.sin(angle), -math.sin(angle), math.cos(angle)
+    cx, cy = width / 2, height / 2
+    return a, b, cx - a * cx - b * cy, d, e, cy - d * cx - e * cy
+
+
+# PIL's Image.transform(AFFINE) matrices (output pixel -> input point, both in continuous coordinates
+# where pixel i spans [i, i + 1]): DALI's warp_affine (inverse_map=True) uses the same convention.
+AFFINE: dict[str, Callable[[float, int, int], Matrix]] = {
+    "rotate": _rotation,
+    "shear_x": lambda v, w, h: (1, v, 0, 0, 1, 0),
+    "shear_y": lambda v, w, h: (1, 0, 0, v, 1, 0),
+    "translate_x": lambda v, w, h: (1, 0, v, 0, 1, 0),
+    "translate_y": lambda v, w, h: (1, 0, 0, 0, 1, v),
+}

@@ -84,9 +84,9 @@ AFFINE = [
     ("translate_x", 20.5, lambda im: pil_affine(im, (1, 0, 20.5, 0, 1, 0))),
     ("translate_y", -13.0, lambda im: pil_affine(im, (1, 0, 0, 0, 1, -13.0))),
 ]
-# measured here (Pillow's bilinear AFFINE vs torch grid_sample): mean |diff| and the share of
-# pixels more than 2 levels apart, both mostly at the image's and the fill's edge
-AFFINE_MEAN_LEVELS, AFFINE_FAR_SHARE = 1.0, 0.015
+# measured here (Pillow's bilinear AFFINE vs torch grid_sample): mean |diff| 0.2-0.45 levels, none more
+# than 1 level apart
+AFFINE_MEAN_LEVELS, AFFINE_FAR_SHARE = 0.5, 0.0
 
 
 @pytest.mark.parametrize("kind,value,reference", AFFINE, ids=[f"{k}{v}" for k, v, _ in AFFINE])

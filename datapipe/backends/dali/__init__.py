@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ...formats.base import Dataset
-from ...sharding import EpochPlan, ShardPlan
+from ...sharding import EpochPlan, ShardPlan, record_of
 from ..bad_samples import BadSample, record_path
 from ..base import Batch, Loader
 from ..options import LoaderOptions
@@ -33,6 +33,7 @@ from .handoff import Handoff
 from .source import EpochTable, PlannedSource, ViewSettings
 
 log = logging.getLogger(__name__)
+OUTPUT_TYPES = {torch.float16: "float16", torch.uint8: "uint8"}  # the pipeline's image dtype; float32 otherwise
 
 
 def pip_hint(cuda: str | None = None) -> str:
@@ -120,7 +121,7 @@ class DaliLoader(Loader):
         self._finalizer = weakref.finalize(self, shutil.rmtree, folder, True)
         self.table = EpochTable.create(folder)
         settings = ViewSettings(options.image_size, options.train, options.seed, options.on_error == "skip",
-                                not dataset.validated)
+                                not dataset.validated, options.recipe)
         self.source = PlannedSource(dataset, plan, self.table, settings)
         self.threads, self.py_workers = thread_budget(max(1, options.workers), cuda=self.device.type == "cuda")
         self.hw_decoder_load = HW_DECODER_LOAD  # set before the first batch: 0 keeps JPEGs off the hardware decoder
@@ -144,8 +145,8 @@ class DaliLoader(Loader):
         self._pipe = build_pipeline(
             self.source, batch_size=self.plan.batch_size, threads=self.threads, py_workers=self.py_workers,
             device_id=self.device.index if cuda else None, start_method=self.start_method, seed=seed,
-            size=self.options.image_size, channels_last=self.options.channels_last,
-            half=self.options.dtype == torch.float16, hw_decoder_load=self.hw_decoder_load,
+            channels_last=self.options.channels_last, output=OUTPUT_TYPES.get(self.options.dtype, "float32"),
+            recipe=self.options.recipe, hw_decoder_load=self.hw_decoder_load,
             preallocate=self.options.train)
         self._pipe.build()
         self._iterator = DALIGenericIterator([self._pipe], ["images", "labels", "indices", "replaced"],
@@ -153,15 +154,17 @@ class DaliLoader(Loader):
                                              prepare_first_batch=False)
 
     def _position(self, epoch: int, offset: int) -> None:
-        """Point the next DALI epoch at (epoch, offset): write its table row, stop and drain the
-        previous DALI epoch (at most the batches DALI had prefetched), then reset into the new one."""
+        """Point the next DALI epoch at (epoch, offset) and its image size: write its table row, stop
+        and drain the previous DALI epoch (at most the batches DALI had prefetched), then reset into
+        the new one. A new size needs no new pipeline: the workers read it from the row."""
+        size = self.image_size_at(epoch)
         if self._pipe is None:
             self._dali_epoch = 0
-            self.table.write(0, epoch, self.plan.encode(offset))
+            self.table.write(0, epoch, self.plan.encode(offset), size=size)
             self._build()
             return
         self._dali_epoch += 1
-        self.table.write(self._dali_epoch, epoch, self.plan.encode(offset))
+        self.table.write(self._dali_epoch, epoch, self.plan.encode(offset), size=size)
         self.table.stop(self._dali_epoch - 1)
         drained = 0
         try:
@@ -222,7 +225,7 @@ class DaliLoader(Loader):
         if named is not None:
             return RuntimeError(named.split("RuntimeError: ", 1)[-1])
         batches = self.plan.batches(epoch, offset)[number:number + 3]
-        suspects = [record_path(self.dataset, int(i)) for b in batches for i in b][:8]
+        suspects = [record_path(self.dataset, record_of(int(i), len(self.dataset))) for b in batches for i in b][:8]
         return RuntimeError(f"DALI failed in epoch {epoch} at batch {number}: {lines[-1] if lines else exc}. "
                             f"The batch in flight held: {', '.join(suspects)}. DALI cannot skip a sample its "
                             "decoder rejects: convert the data with `datapipe convert`, which skips and reports them")

@@ -1,11 +1,15 @@
 """The DALI operator graph: decode the view's region (nvJPEG `mixed` on CUDA, CPU operators
-otherwise), resize it, cut the window, mirror, normalize. Every per-sample decision (crop box,
-resize, window, flip) comes from the source, computed by datapipe.transforms exactly as the
-dataloader backend computes it: no DALI random operator, so the augmentation of a record depends on
-(seed, epoch, record) only, never on the rank, the worker or a resume."""
+otherwise), resize it (bilinear or bicubic per sample), cut the window, mirror, apply the recipe's
+pixel ops (datapipe.augment.dali), normalize by the recipe's mean and std. Every per-sample decision
+(crop box, resize, window, flip, interpolation, ops and their parameters) comes from the source,
+drawn by the planner (datapipe.augment.plan) exactly as the CPU backends draw it: no DALI random
+operator, so the augmentation of a record depends on (seed, epoch, record) only, never on the rank,
+the worker or a resume."""
 from __future__ import annotations
 
-from ..normalize import IMAGENET_MEAN, IMAGENET_STD
+from ...augment.dali import Context, OpLayout, apply_ops, op_layout
+from ...augment.plan import fill_color
+from ...augment.recipe import Recipe
 
 # nvJPEG's buffers sized once, up front, in training pipelines, with the values DALI's ResNet-50
 # example and NVIDIA's DeepLearningExamples use for ImageNet (the paddings cover its largest images,
@@ -50,43 +54,69 @@ def mixed_decoder_arguments(hw_decoder_load: float, *, preallocate: bool = True)
                 hw_decoder_load=float(hw_decoder_load))
 
 
+OUTPUT_TYPES = ("float32", "float16", "uint8")  # the pipeline's image dtype (uint8: the pixels, not normalized)
+
+
 def build_pipeline(source, *, batch_size: int, threads: int, py_workers: int, device_id: int | None,
-                   start_method: str, seed: int, size: int, channels_last: bool, half: bool,
-                   hw_decoder_load: float = HW_DECODER_LOAD, preallocate: bool = True):
+                   start_method: str, seed: int, channels_last: bool, output: str = "float32",
+                   recipe: Recipe | None = None, hw_decoder_load: float = HW_DECODER_LOAD, preallocate: bool = True):
     """A built-to-be DALI Pipeline whose outputs are images, labels, indices and replaced indices.
     On CUDA the images and labels leave it on the GPU (labels.gpu(), as DALI's ResNet-50 example);
-    indices and replaced stay on the host, where the loader reads them."""
-    from nvidia.dali import Pipeline, fn, types
+    indices and replaced stay on the host, where the loader reads them. `recipe` gives the mean and
+    std and the op slots to build where the source sends ops (PlannedSource.outputs: train views of
+    a recipe with ops); without them (the default recipe, eval) the graph has no op and no DALI
+    conditional."""
+    from nvidia.dali import pipeline_def
 
     from .forking import track
-    from .source import OUTPUTS
 
+    if output not in OUTPUT_TYPES:
+        raise ValueError(f"output must be one of {OUTPUT_TYPES}, got {output!r}")
     cuda = device_id is not None
-    pipe = Pipeline(batch_size=batch_size, num_threads=threads, device_id=device_id, seed=seed,
-                    py_num_workers=py_workers, py_start_method=start_method, prefetch_queue_depth=2)
-    track(pipe)  # a forked child never shuts it down (forking.py)
-    dtypes = [types.UINT8, types.INT64, types.INT64, types.FLOAT, types.FLOAT, types.FLOAT, types.FLOAT,
-              types.INT32, types.INT64]
-    with pipe:
-        # prefetch_queue_depth: DALI schedules a batch on its workers only while fewer than this many
-        # are ahead; its default, 1, keeps one worker busy and the others idle (on storage with latency
-        # the source then starves the decoder). One batch ahead per worker keeps them all reading.
-        # Memory: the encoded bytes of py_workers + 2 (the pipeline's queue) batches in shared memory.
-        # Batch mode, not per-sample mode: the source returns the epoch's short last batch itself.
-        data, labels, indices, roi_anchor, roi_shape, resized, window, flip, replaced = fn.external_source(
-            source=source, num_outputs=OUTPUTS, batch=True, batch_info=True, parallel=True, dtype=dtypes,
-            prefetch_queue_depth=py_workers)
-        decoder = mixed_decoder_arguments(hw_decoder_load, preallocate=preallocate) if cuda else {}
-        images = fn.decoders.image_slice(data, roi_anchor, roi_shape, device="mixed" if cuda else "cpu",
-                                         output_type=types.RGB, axis_names="WH", normalized_anchor=False,
-                                         normalized_shape=False, **decoder)
-        images = fn.resize(images, resize_x=resized[0], resize_y=resized[1], interp_type=types.INTERP_LINEAR,
-                           antialias=True)
-        images = fn.slice(images, window, fn.constant(fdata=[size, size]), axis_names="WH",
-                          normalized_anchor=False, normalized_shape=False)
-        images = fn.crop_mirror_normalize(images, mirror=flip, mean=[m * 255 for m in IMAGENET_MEAN],
-                                          std=[s * 255 for s in IMAGENET_STD],
-                                          dtype=types.FLOAT16 if half else types.FLOAT,
-                                          output_layout="HWC" if channels_last else "CHW")
-        pipe.set_outputs(images, labels.gpu() if cuda else labels, indices, replaced)
-    return pipe
+    layout = op_layout(recipe if "ops" in source.outputs else None)
+    recipe = recipe or Recipe()
+    pipe = pipeline_def(_graph)(
+        source=source, cuda=cuda, output=output, channels_last=channels_last, layout=layout,
+        context=Context(fill=fill_color(recipe), cuda=cuda), mean=recipe.mean, std=recipe.std,
+        decoder=mixed_decoder_arguments(hw_decoder_load, preallocate=preallocate) if cuda else {},
+        py_workers=py_workers, enable_conditionals=layout.slots > 0, batch_size=batch_size, num_threads=threads,
+        device_id=device_id, seed=seed, py_num_workers=py_workers, py_start_method=start_method,
+        prefetch_queue_depth=2)
+    return track(pipe)  # a forked child never shuts it down (forking.py)
+
+
+def _graph(source, cuda: bool, output: str, channels_last: bool, layout: OpLayout, context: Context, mean, std,
+           decoder: dict, py_workers: int):
+    """The graph (pipeline_def's function): source, decode the ROI, resize, window, ops, normalize."""
+    from nvidia.dali import fn, types
+
+    dtypes = dict(data=types.UINT8, label=types.INT64, index=types.INT64, flip=types.INT32, interpolation=types.INT32,
+                  replaced=types.INT64)  # the rest: FLOAT
+    # prefetch_queue_depth: DALI schedules a batch on its workers only while fewer than this many
+    # are ahead; its default, 1, keeps one worker busy and the others idle (on storage with latency
+    # the source then starves the decoder). One batch ahead per worker keeps them all reading.
+    # Memory: the encoded bytes of py_workers + 2 (the pipeline's queue) batches in shared memory.
+    # Batch mode, not per-sample mode: the source returns the epoch's short last batch itself.
+    nodes = fn.external_source(source=source, num_outputs=len(source.outputs), batch=True, batch_info=True,
+                               parallel=True, dtype=[dtypes.get(name, types.FLOAT) for name in source.outputs],
+                               prefetch_queue_depth=py_workers)
+    s = dict(zip(source.outputs, nodes))
+    images = fn.decoders.image_slice(s["data"], s["roi_anchor"], s["roi_shape"], device="mixed" if cuda else "cpu",
+                                     output_type=types.RGB, axis_names="WH", normalized_anchor=False,
+                                     normalized_shape=False, **decoder)
+    # interpolation: 0 bilinear, 1 bicubic (the source's codes) -> DALI's INTERP_LINEAR, INTERP_CUBIC
+    interp = fn.cast(s["interpolation"] + int(types.INTERP_LINEAR), dtype=types.INTERP_TYPE)
+    images = fn.resize(images, resize_x=s["resized"][0], resize_y=s["resized"][1], interp_type=interp, antialias=True)
+    images = fn.slice(images, s["window"], s["window_shape"], axis_names="WH", normalized_anchor=False,
+                      normalized_shape=False)
+    mirror = s["flip"]
+    if layout.slots > 0:  # a Python bool: the op graph exists only where the source sends ops
+        images = fn.flip(images, horizontal=mirror)  # the view's mirror before the ops, as on the CPU path
+        images = apply_ops(images, s["ops"], s["matrices"], layout, context)
+        mirror = 0
+    raw = output == "uint8"  # the pixels: no normalization
+    dtype = {"float32": types.FLOAT, "float16": types.FLOAT16, "uint8": types.UINT8}[output]
+    images = fn.crop_mirror_normalize(images, mirror=mirror, mean=[0.0] * 3 if raw else [m * 255 for m in mean],
+                                      std=[1.0] * 3 if raw else [v * 255 for v in std], dtype=dtype,
+                                      output_layout="HWC" if channels_last else "CHW")
+    return images, s["label"].gpu() if cuda else s["label"], s["index"], s["replaced"]

@@ -1,8 +1,9 @@
 """What DALI's parallel external_source runs in its worker processes: the plan's batches, read
-through datapipe.formats, with each sample's view geometry and the on_error policy applied.
+through datapipe.formats, with each sample's plan (view geometry, interpolation, pixel ops: the
+planner's draws, datapipe.augment.plan) and the on_error policy applied.
 
-One pipeline serves every epoch. The loader tells the workers which epoch and global position each
-DALI epoch reads through an `EpochTable`, a small shared file written before the DALI epoch is
+One pipeline serves every epoch. The loader tells the workers which epoch, global position and image
+size each DALI epoch reads through an `EpochTable`, a small shared file written before the DALI epoch is
 started (DALI schedules an epoch's first batches when it is reset, so the row is always there in
 time). The callable pickles without open handles (spawned workers need that); each worker opens the
 store once, lazily. A worker forks nothing, so the first call in a process other than the one that
@@ -19,22 +20,28 @@ from typing import Any
 
 import numpy as np
 
+from ...augment.dali import INTERP_CODES, op_layout, slot_matrices
+from ...augment.plan import Op, ops_row, plan_ops
+from ...augment.recipe import Recipe
 from ...formats.base import Dataset
-from ...geometry import sample_rng
+from ...geometry import ViewGeometry, sample_rng
 from ...headers import BadImageError, image_ext, jpeg_scan_start
 from ...layout import view_geometry
-from ...sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan
+from ...sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan, record_of
 from ...storage.isolate import forks_nothing, may_fork_workers
 from ..bad_samples import serve_or_substitute
 
 RING = 16  # rows of the table; only the DALI epoch being drained and the next one are ever live
+COLUMNS = 4  # epoch, DALI epoch written for, batch limit, image size
 NO_LIMIT = np.iinfo(np.int64).max
 PNG_END = b"IEND\xaeB`\x82"
 
 
 class EpochTable:
-    """DALI epoch number -> (epoch, batch limit) in a file every worker maps, and the epoch's position
-    (the plan's JSON form) in a small file beside it, written before the row."""
+    """DALI epoch number -> (epoch, batch limit, image size) in a file every worker maps, and the
+    epoch's position (the plan's JSON form) in a small file beside it, written before the row. The
+    size row is how progressive resizing reaches the workers without a new pipeline (0: the
+    settings' size)."""
 
     def __init__(self, path: Path) -> None:
         self.path = str(path)
@@ -44,27 +51,27 @@ class EpochTable:
     @classmethod
     def create(cls, folder: Path) -> "EpochTable":
         table = cls(Path(folder) / "epochs.i64")
-        np.memmap(table.path, dtype=np.int64, mode="w+", shape=(RING, 3)).flush()
+        np.memmap(table.path, dtype=np.int64, mode="w+", shape=(RING, COLUMNS)).flush()
         return table
 
     def _map(self) -> np.memmap:
         if self._pid != os.getpid():
-            self._rows, self._pid = np.memmap(self.path, dtype=np.int64, mode="r+", shape=(RING, 3)), os.getpid()
+            self._rows, self._pid = np.memmap(self.path, dtype=np.int64, mode="r+", shape=(RING, COLUMNS)), os.getpid()
         return self._rows  # type: ignore[return-value]
 
-    def write(self, dali_epoch: int, epoch: int, position: Any, limit: int = NO_LIMIT) -> None:
+    def write(self, dali_epoch: int, epoch: int, position: Any, limit: int = NO_LIMIT, *, size: int = 0) -> None:
         file = Path(self.path).with_name(f"position-{dali_epoch % RING}.json")
         file.write_text(json.dumps(position))
-        self._map()[dali_epoch % RING] = (epoch, dali_epoch, limit)
+        self._map()[dali_epoch % RING] = (epoch, dali_epoch, limit, size)
 
     def stop(self, dali_epoch: int) -> None:
         """No further batch of this DALI epoch: its workers answer StopIteration from now on."""
         self._map()[dali_epoch % RING, 2] = 0
 
-    def read(self, dali_epoch: int) -> tuple[int, int, int]:
-        """(epoch, the DALI epoch its row was written for, batch limit)."""
-        epoch, written, limit = (int(v) for v in self._map()[dali_epoch % RING])
-        return epoch, written, limit
+    def read(self, dali_epoch: int) -> tuple[int, int, int, int]:
+        """(epoch, the DALI epoch its row was written for, batch limit, image size or 0)."""
+        epoch, written, limit, size = (int(v) for v in self._map()[dali_epoch % RING])
+        return epoch, written, limit, size
 
     def position(self, dali_epoch: int) -> Any:
         return json.loads(Path(self.path).with_name(f"position-{dali_epoch % RING}.json").read_text())
@@ -87,26 +94,50 @@ def check_structure(data: bytes) -> None:
 
 @dataclass(frozen=True)
 class ViewSettings:
-    image_size: int
+    image_size: int  # the size of a DALI epoch whose table row names none
     train: bool
     seed: int
     skip_errors: bool
     check_files: bool  # the source was not validated by `datapipe convert` (Dataset.validated)
+    recipe: Recipe | None = None  # the augmentation (datapipe.augment); None: the default recipe
 
 
-Prepared = tuple[np.ndarray, int, np.ndarray]  # encoded bytes, label, geometry row
+Prepared = tuple[np.ndarray, int, tuple[np.ndarray, ...]]  # encoded bytes, label, the view's outputs
+
+# What the source sends per sample, by name: the record (encoded bytes, label, index), its view, the
+# ops (only where the graph applies ops: the recipe has some and the view is the train view), and
+# the record the sample replaced (-1 for none). graph.py reads them by these names.
+RECORD_OUTPUTS = ("data", "label", "index")
+VIEW_OUTPUTS = ("roi_anchor", "roi_shape", "resized", "window", "window_shape", "flip", "interpolation")
+OP_OUTPUTS = ("ops", "matrices")
 
 
-OUTPUTS = 9
+def view_outputs(geometry: ViewGeometry, size: int) -> tuple[np.ndarray, ...]:
+    """One sample's VIEW_OUTPUTS: ROI anchor (left, top) and shape (width, height), resized (width,
+    height), window anchor (left, top) and shape (size, size: the size may change per epoch), flip,
+    interpolation (0 bilinear, 1 bicubic)."""
+    f32 = np.float32
+    return (np.array(geometry.roi[:2], f32), np.array(geometry.roi[2:], f32), np.array(geometry.resized, f32),
+            np.array(geometry.window, f32), np.array((size, size), f32), np.array(int(geometry.flip), np.int32),
+            np.array(INTERP_CODES[geometry.interpolation], np.int32))
+
+
+def op_outputs(ops: tuple[Op, ...], size: int) -> tuple[np.ndarray, ...]:
+    """One sample's OP_OUTPUTS: the plan's ops row (plan.ops_row, 16 float32) and its slots' affine
+    matrices (MAX_OPS x 2 x 3, augment.dali.slot_matrices)."""
+    return np.array(ops_row(ops), np.float32), slot_matrices(ops, size)
 
 
 class PlannedSource:
-    """BatchInfo -> one batch of the plan as 9 outputs: encoded images, labels, record indices, ROI
-    anchor (left, top) and shape (width, height), resized (width, height), window anchor (left,
-    top), flip, and the record each sample replaced (-1 for none)."""
+    """BatchInfo -> one batch of the plan as columns, named by `outputs`: encoded images, labels,
+    record indices, the views, the ops where the graph applies them, and the record each sample
+    replaced (-1 for none). The image size of each DALI epoch comes from its table row (progressive
+    resizing), else from the settings."""
 
     def __init__(self, dataset: Dataset, plan: EpochPlan | ShardPlan, table: EpochTable, settings: ViewSettings) -> None:
         self.dataset, self.plan, self.table, self.settings = dataset, plan, table, settings
+        self.sends_ops = settings.train and op_layout(settings.recipe).slots > 0
+        self.outputs = RECORD_OUTPUTS + VIEW_OUTPUTS + (OP_OUTPUTS if self.sends_ops else ()) + ("replaced",)
         self._maker_pid = os.getpid()  # kept through pickling: a spawned worker compares its own with it
         self._cached: tuple[tuple[int, int], list[np.ndarray]] | None = None
         self._ahead: list[tuple[int, ...]] | None = None
@@ -120,15 +151,22 @@ class PlannedSource:
             self._cached = ((epoch, dali_epoch), batches)
         return self._cached[1]
 
-    def prepare(self, epoch: int, index: int) -> Prepared:
-        """Read record `index` and compute its view; raises for a record that cannot be used."""
+    def prepare(self, epoch: int, index: int, size: int | None = None, key: int | None = None) -> Prepared:
+        """Read record `index` and plan its view and ops (one rng, the planner's draw order: the view,
+        then the ops, as every backend), seeded by `key` (the record, or its repeat's key under
+        repeated augmentation: sharding.epoch_order); raises for a record that cannot be used."""
+        key = index if key is None else key
         sample = self.dataset[index]
-        if self.settings.check_files:
-            check_structure(sample.data)
         s = self.settings
-        g = view_geometry(sample.data, s.image_size, train=s.train, rng=sample_rng(s.seed, epoch, index))
-        row = np.array([*g.roi, *g.resized, *g.window, int(g.flip)], dtype=np.float32)
-        return np.frombuffer(sample.data, dtype=np.uint8), sample.label, row
+        if s.check_files:
+            check_structure(sample.data)
+        size = size or s.image_size
+        rng = sample_rng(s.seed, epoch, key)
+        geometry = view_geometry(sample.data, size, train=s.train, rng=rng, recipe=s.recipe)
+        view = view_outputs(geometry, size)
+        if self.sends_ops:  # drawn right after the view, from the same rng (the planner's order)
+            view += op_outputs(plan_ops(s.recipe, size, rng), size)
+        return np.frombuffer(sample.data, dtype=np.uint8), sample.label, view
 
     def problem(self, epoch: int, index: int) -> str | None:
         """Why record `index` cannot be used, or None (the parent uses this to report a skip)."""
@@ -141,19 +179,20 @@ class PlannedSource:
     def __call__(self, batch_info) -> tuple[list[np.ndarray], ...]:
         if os.getpid() != self._maker_pid and may_fork_workers():  # first call in a DALI worker
             forks_nothing()
-        epoch, written, limit = self.table.read(batch_info.epoch_idx)
+        epoch, written, limit, size = self.table.read(batch_info.epoch_idx)
         batches = self._batches(epoch, written)
         if batch_info.iteration >= min(limit, len(batches)):
             raise StopIteration
         if self._ahead:
             self.dataset.read_ahead(list(self._ahead[batch_info.iteration]))
-        columns: tuple[list[np.ndarray], ...] = tuple([] for _ in range(OUTPUTS))
-        for index in batches[batch_info.iteration]:
-            (data, label, g), served, bad = serve_or_substitute(
-                lambda i: self.prepare(epoch, i), self.dataset, int(index), seed=self.settings.seed, epoch=epoch,
-                skip=self.settings.skip_errors)
-            values = (data, np.array(label, np.int64), np.array(served, np.int64), g[0:2], g[2:4], g[4:6], g[6:8],
-                      np.array(g[8], np.int32), np.array(-1 if bad is None else bad.index, np.int64))
+        columns: tuple[list[np.ndarray], ...] = tuple([] for _ in self.outputs)
+        for key in batches[batch_info.iteration]:
+            index = record_of(int(key), len(self.dataset))
+            (data, label, view), served, bad = serve_or_substitute(
+                lambda i: self.prepare(epoch, i, size, int(key) if i == index else i), self.dataset, index,
+                seed=self.settings.seed, epoch=epoch, skip=self.settings.skip_errors)
+            values = (data, np.array(label, np.int64), np.array(served, np.int64), *view,
+                      np.array(-1 if bad is None else bad.index, np.int64))
             for column, value in zip(columns, values):
                 column.append(value)
         return columns

@@ -1,0 +1,296 @@
+"""The DALI backend carries recipes: its source sends the planner's rows, its graph applies each op
+kind as augment.cpu does (within the tolerances measured here), a whole DeiT loader serves the
+dataloader backend's batches, progressive resizing needs no new pipeline, uint8 output. DALI runs
+on the CPU (device="cpu", device_id=None)."""
+from __future__ import annotations
+
+import faulthandler
+import random
+import signal
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("nvidia.dali")
+
+from datapipe import make_loader, open_dataset  # noqa: E402
+from datapipe.augment import PRESETS, Recipe  # noqa: E402
+from datapipe.augment.cpu import apply_ops as cpu_apply_ops  # noqa: E402
+from datapipe.augment.dali import INTERP_CODES, Context, OpLayout, apply_ops, op_layout, slot_matrices  # noqa: E402
+from datapipe.augment.ops import KIND_ID, KINDS  # noqa: E402
+from datapipe.augment.plan import fill_color, ops_row, plan_ops, plan_sample  # noqa: E402
+from datapipe.backends.dali.source import EpochTable, PlannedSource, ViewSettings  # noqa: E402
+from datapipe.layout import image_dims  # noqa: E402
+from datapipe.sharding import EpochPlan, record_of  # noqa: E402
+from datapipe.transforms import decode_view  # noqa: E402
+
+SMALL = dict(batch_size=6, image_size=40, num_workers=1, seed=3, device="cpu")
+LIMIT_S = 240  # a multi-process test that hangs fails after this long
+# DALI vs augment.cpu on the same uint8 input, per kind: (mean |difference| in levels, share of values
+# more than 2 levels off), upper bounds set from what this file measures (measured_differences: 10
+# fixture photos at 64 px and two textures, over CASES) with a margin. Measured, DALI 2.4 on the CPU:
+# exact (0, 0): invert, posterize, solarize, solarize_add, color, contrast, brightness, sharpness, vflip,
+# grayscale; auto_contrast 0.001 (float32 vs PIL's doubles), rotate 0.0006, shear 0.01, translate_y
+# 0.08 (rounding of .5 results), equalize 0.25 (rebuilt from DALI's OpenCV-style one, <= 1 level), translate_x
+# 0.28 with 0.4% off by more than 2 levels: the pixel whose centre maps exactly onto the right edge,
+# which PIL and DALI fill and augment.cpu samples (`grid.abs() <= 1`); "chain" (two slots) 0.04.
+KIND_TOLERANCE = {
+    "auto_contrast": (0.01, 0.0), "equalize": (0.5, 0.001), "invert": (0.0, 0.0), "rotate": (0.01, 0.001),
+    "posterize": (0.0, 0.0), "solarize": (0.0, 0.0), "solarize_add": (0.0, 0.0), "color": (0.0, 0.0),
+    "contrast": (0.0, 0.0), "brightness": (0.0, 0.0), "sharpness": (0.0, 0.0), "shear_x": (0.03, 0.001),
+    "shear_y": (0.03, 0.001), "translate_x": (0.5, 0.006), "translate_y": (0.2, 0.001), "vflip": (0.0, 0.0),
+    "grayscale": (0.0, 0.0), "chain": (0.1, 0.001),
+}
+# Parameters per kind: timm's and TrivialAugmentWide's ranges and their ends.
+CASES = {
+    "rotate": (-30, 12.5, 45, -135), "posterize": (0, 1, 4, 6), "solarize": (0, 64, 128, 200, 256),
+    "solarize_add": (20, 110), "color": (0.1, 0.6, 1.5, 1.9), "contrast": (0.1, 0.6, 1.5, 1.9),
+    "brightness": (0.1, 0.6, 1.5, 1.9), "sharpness": (0.1, 0.6, 1.5, 1.99), "shear_x": (-0.3, 0.17, 0.99),
+    "shear_y": (0.3, -0.17, -0.99), "translate_x": (-32, 10.5, 3.25, 70), "translate_y": (32, -10.5, -3.25, -70),
+}
+CHAINS = (("color", 1.5, "rotate", 20.0), ("rotate", 20.0, "solarize", 128.0), ("solarize", 128.0, "rotate", 20.0),
+          ("equalize", 0.0, "shear_x", -0.2), ("vflip", 0.0, "translate_x", 9.0), ("grayscale", 0.0, "contrast", 1.7))
+FILL = fill_color(PRESETS["deit"])  # timm's img_mean fill (124, 116, 104), as the RandAugment presets have it
+AUGMENTED = Recipe(auto_augment="rand-m9-mstd0.5-inc1")  # ops, no batch stage: images compare per record
+RECIPES = {**PRESETS, "v0": Recipe(auto_augment="v0"), "original": Recipe(auto_augment="original"),
+           "jitter+gray+vflip": Recipe(color_jitter=0.4, grayscale_prob=0.3, vflip=0.5, interpolation="random")}
+
+
+@pytest.fixture
+def within():
+    """Fail a test that runs past LIMIT_S: a TimeoutError where Python runs, and where a call into
+    DALI never returns, all threads' tracebacks and the process's exit (faulthandler) a bit later."""
+    def expired(signum, frame):
+        raise TimeoutError(f"the test ran past {LIMIT_S} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(LIMIT_S)
+    faulthandler.dump_traceback_later(LIMIT_S + 30, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+# ---- (a) the source sends the planner's rows ----
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_the_op_layout_holds_every_kind_and_count_the_planner_draws(name):
+    """op_layout(recipe) is what the graph builds: it must hold every draw, and (so no kind is built
+    for nothing) every kind it names is drawn."""
+    recipe, layout = RECIPES[name], op_layout(RECIPES[name])
+    drawn, most = set(), 0
+    for seed in range(3000):
+        ops = plan_ops(recipe, 64, random.Random(seed))
+        drawn |= {KINDS[kind] for kind, _ in ops}
+        most = max(most, len(ops))
+    assert drawn <= set(layout.kinds) and most <= layout.slots
+    assert set(layout.kinds) - {"identity"} == drawn
+    if name in ("default", "ffcv-rn50"):
+        assert layout.slots == 0  # no op graph: the pipeline of a recipe without ops is the plain one
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_the_source_sends_the_planners_rows(packed_lmdb, tmp_path, name):
+    """For the same records and epoch, the DALI source's crop, flip, interpolation, window and ops
+    rows are the planner's (plan_sample), at the size of the epoch's table row, for repeats' keys too."""
+    recipe, seed, size = RECIPES[name], 5, 48
+    dataset = open_dataset(packed_lmdb)
+    plan = EpochPlan(len(dataset), 4, seed=seed, shuffle=True, repeats=recipe.aug_repeats)
+    table = EpochTable.create(tmp_path)
+    source = PlannedSource(dataset, plan, table, ViewSettings(32, True, seed, False, True, recipe))
+    assert ("ops" in source.outputs) == (op_layout(recipe).slots > 0)
+    sent_ops = 0
+    for dali_epoch, epoch in enumerate((0, 3)):
+        table.write(dali_epoch, epoch, plan.encode(0), size=size)
+        for number, keys in enumerate(plan.batches(epoch)):
+            columns = dict(zip(source.outputs, source(SimpleNamespace(epoch_idx=dali_epoch, iteration=number))))
+            for k, key in enumerate(keys.tolist()):
+                index = record_of(key, len(dataset))
+                expected = plan_sample(recipe, seed, epoch, key, size, *image_dims(dataset[index].data))
+                crop = expected.crop
+                assert columns["index"][k] == index and columns["replaced"][k] == -1
+                assert list(columns["roi_anchor"][k]) == [int(crop.left), int(crop.top)]
+                assert list(columns["roi_shape"][k]) == [int(crop.width), int(crop.height)]
+                assert columns["flip"][k] == crop.flip and list(columns["window_shape"][k]) == [size, size]
+                assert columns["interpolation"][k] == INTERP_CODES[expected.interpolation]
+                if "ops" in source.outputs:
+                    assert list(columns["ops"][k]) == [np.float32(v) for v in ops_row(expected.ops)]
+                    assert np.array_equal(columns["matrices"][k], slot_matrices(expected.ops, size))
+                    sent_ops += len(expected.ops)
+                else:
+                    assert expected.ops == ()
+    assert sent_ops > 0 or op_layout(recipe).slots == 0
+
+
+# ---- (b) per kind: DALI's pixels vs augment.cpu's ----
+
+def run_graph(images: list[torch.Tensor], op_lists: list[tuple], fill=FILL) -> list[torch.Tensor]:
+    """DALI's apply_ops (one slot per op, every kind built) on uint8 CHW images; uint8 CHW out."""
+    from nvidia.dali import fn, pipeline_def
+
+    slots = max(len(ops) for ops in op_lists)
+    batch = [np.ascontiguousarray(image.permute(1, 2, 0).numpy()) for image in images]
+    rows = [np.array(ops_row(ops), np.float32) for ops in op_lists]
+    matrices = [slot_matrices(ops, image.shape[-1]) for ops, image in zip(op_lists, images)]
+
+    @pipeline_def(batch_size=len(batch), num_threads=1, device_id=None, enable_conditionals=True)
+    def graph():
+        x = fn.external_source(source=[batch], layout="HWC")
+        row, matrix = fn.external_source(source=[rows]), fn.external_source(source=[matrices])
+        return apply_ops(x, row, matrix, OpLayout(slots, KINDS), Context(fill=fill))
+
+    pipe = graph()
+    pipe.build()
+    out = [np.array(image) for image in pipe.run()[0]]
+    assert all(o.dtype == np.float32 and np.array_equal(o, np.clip(np.floor(o), 0, 255)) for o in out)  # whole levels
+    return [torch.from_numpy(o.astype(np.uint8)).permute(2, 0, 1) for o in out]
+
+
+def textures() -> list[torch.Tensor]:
+    """Two 64 px images where sharpness and the warps' sampling show: noise, and blurred noise."""
+    from PIL import Image, ImageFilter
+
+    noise = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    blurred = np.array(Image.fromarray(noise).filter(ImageFilter.GaussianBlur(1.5)))
+    return [torch.from_numpy(np.ascontiguousarray(a)).permute(2, 0, 1).contiguous() for a in (noise, blurred)]
+
+
+@pytest.fixture(scope="module")
+def photos(clean_folder):
+    """The fixture's images (photos, grayscale, CMYK, PNG) as 64 px uint8 CHW views, and textures."""
+    files = sorted(p for p in clean_folder.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
+    return [decode_view(p.read_bytes(), 64, train=False) for p in files][:10] + textures()
+
+
+def measured_differences(photos, broken=None) -> dict[str, tuple[float, float, float]]:
+    """Per kind (and "chain"): mean |DALI - cpu| in levels, the share of values more than 2 levels
+    off, and mean |cpu - input| (how much the op changes the image: the control)."""
+    cases = [(name, ((KIND_ID[name], float(v)),)) for name in KINDS[1:] for v in CASES.get(name, (0.0,))]
+    cases += [("chain", ((KIND_ID[a], va), (KIND_ID[b], vb))) for a, va, b, vb in CHAINS]
+    inputs = [(name, ops, photo) for name, ops in cases for photo in photos]
+    ops_of = [ops if broken is None else broken(ops) for _, ops, _ in inputs]
+    dali = run_graph([photo for *_, photo in inputs], ops_of)
+    stats: dict[str, list] = {}
+    for (name, ops, photo), out in zip(inputs, dali):
+        expected = cpu_apply_ops(photo, ops, fill=FILL).to(torch.int32)
+        diff = (out.to(torch.int32) - expected).abs()
+        stats.setdefault(name, []).append((diff.float().mean(), (diff > 2).float().mean(),
+                                           (expected - photo.to(torch.int32)).abs().float().mean()))
+    return {name: tuple(float(torch.stack(column).mean()) for column in zip(*rows)) for name, rows in stats.items()}
+
+
+def test_every_op_kind_in_dali_matches_the_cpu_applier(photos):
+    measured = measured_differences(photos)
+    assert set(measured) == set(KIND_TOLERANCE) == set(KINDS[1:]) | {"chain"}
+    for name, (mean, share, change) in measured.items():
+        top_mean, top_share = KIND_TOLERANCE[name]
+        assert mean <= top_mean and share <= top_share, f"{name}: mean {mean:.4f}, share > 2 levels {share:.5f}"
+        assert change > max(1.0, 20 * top_mean), f"control: {name} changes the images by {change:.2f} levels only"
+
+
+def test_the_kind_comparison_catches_a_wrong_parameter(photos):
+    """Control: the same comparison with DALI given other parameters (the sign of each affine op's,
+    a tenth more for the others) fails for the kinds that take one."""
+    def broken(ops):
+        return tuple((kind, -value if KINDS[int(kind)] in ("rotate", "shear_x", "shear_y", "translate_x", "translate_y")
+                      else value * 1.1 + 1) for kind, value in ops)
+    measured = measured_differences(photos, broken)
+    for name in CASES:
+        assert measured[name][0] > max(0.2, 4 * KIND_TOLERANCE[name][0]), name
+
+
+# ---- (c) to (f): whole loaders, DALI on the CPU ----
+
+def epoch_batches(loader, epoch):
+    loader.set_epoch(epoch)
+    return [(b.images.clone(), b.labels.clone(), b.indices.clone()) for b in loader]
+
+
+def levels(images: torch.Tensor, recipe: Recipe) -> torch.Tensor:
+    """Normalized images back in 0..255 levels (uint8 images as they are)."""
+    if images.dtype == torch.uint8:
+        return images.float()
+    std, mean = (torch.tensor(v).view(1, 3, 1, 1) * 255 for v in (recipe.std, recipe.mean))
+    return images.float() * std + mean
+
+
+def image_differences(a, b, recipe) -> torch.Tensor:
+    """Per image, mean |a - b| in levels, over batches of two runs."""
+    return torch.cat([(levels(x, recipe) - levels(y, recipe)).abs().mean(dim=(1, 2, 3))
+                      for (x, _, _), (y, _, _) in zip(a, b)])
+
+
+# Whole loaders, per image mean |DALI - dataloader| in levels. Measured on the fixture at 40 px, epochs
+# 1-2: deit at most 1.3 (median 0.16), tv-v2 1.6, rsb-a3 3.6 (median 0.18: an auto_contrast or equalize
+# stretches the resize's ~0.2 apart), RandAugment + random interpolation 2.0; the control, another
+# epoch's views of the same records, differs by 70-80.
+LOADER_IMAGE_MAX, LOADER_IMAGE_MEDIAN = 5.0, 0.5
+
+
+def test_a_deit_loader_on_dali_serves_the_dataloaders_batches(packed_lmdb, within):
+    recipe = PRESETS["deit"]
+    for epoch in (1, 2):
+        dali = epoch_batches(make_loader(packed_lmdb, backend="dali", recipe="deit", **SMALL), epoch)
+        cpu = epoch_batches(make_loader(packed_lmdb, backend="dataloader", recipe="deit", **SMALL), epoch)
+        assert [torch.equal(a[2], b[2]) for a, b in zip(dali, cpu)] == [True] * len(cpu) and len(dali) == len(cpu)
+        for (_, labels, _), (_, expected, _) in zip(dali, cpu):
+            assert labels.dtype == torch.float32 and labels.shape == expected.shape and torch.equal(labels, expected)
+        differences = image_differences(dali, cpu, recipe)
+        assert differences.max() < LOADER_IMAGE_MAX and differences.median() < LOADER_IMAGE_MEDIAN, differences
+    other = epoch_batches(make_loader(packed_lmdb, backend="dataloader", recipe="deit", **SMALL), 3)
+    assert image_differences(dali, other, recipe).median() > 5 * LOADER_IMAGE_MAX  # control: other views
+
+
+def test_a_recipe_with_ops_serves_the_dataloaders_pixels_per_record(packed_lmdb, within):
+    """RandAugment without a batch stage, uint8 and float32 out: record for record the dataloader's
+    view and ops, and the float output is the uint8 output normalized by the recipe's mean and std."""
+    recipe = Recipe(auto_augment="rand-m9-mstd0.5-inc1", interpolation="random", mean=(0.5, 0.4, 0.3),
+                    std=(0.2, 0.3, 0.25))
+    raw = epoch_batches(make_loader(packed_lmdb, backend="dali", recipe=recipe, dtype=torch.uint8, **SMALL), 1)
+    cpu = epoch_batches(make_loader(packed_lmdb, backend="dataloader", recipe=recipe, dtype=torch.uint8, **SMALL), 1)
+    assert all(x.dtype == torch.uint8 and x.shape[1:] == (3, 40, 40) for x, _, _ in raw)
+    assert [b[2].tolist() for b in raw] == [b[2].tolist() for b in cpu]
+    differences = image_differences(raw, cpu, recipe)
+    assert differences.max() < LOADER_IMAGE_MAX and differences.median() < LOADER_IMAGE_MEDIAN, differences
+    normalized = epoch_batches(make_loader(packed_lmdb, backend="dali", recipe=recipe, **SMALL), 1)
+    for (x, _, _), (y, _, _) in zip(raw, normalized):
+        assert y.dtype == torch.float32 and torch.allclose(levels(y, recipe), x.float(), atol=1e-3)
+
+
+def test_uint8_eval_views_are_the_dataloaders(packed_lmdb, within):
+    """dtype=torch.uint8, eval view (bicubic, deit's crop_pct): un-normalized pixels, the dataloader's."""
+    options = {**SMALL, "dtype": torch.uint8, "train": False, "recipe": "deit"}
+    dali = epoch_batches(make_loader(packed_lmdb, backend="dali", **options), 0)
+    cpu = epoch_batches(make_loader(packed_lmdb, backend="dataloader", **options), 0)
+    assert all(x.dtype == torch.uint8 for x, _, _ in dali) and all(l.dtype == torch.int64 for _, l, _ in dali)
+    assert image_differences(dali, cpu, PRESETS["deit"]).max() < 0.5  # measured 0.18; bilinear for bicubic: 0.73
+
+
+def test_progressive_resizing_keeps_the_pipeline_and_the_order(packed_lmdb, within):
+    """set_image_size between epochs: the next epoch's batches come at the new size from the same
+    pipeline (its workers read the size from the epoch table), in the same record order, with the
+    views and ops drawn for the new size (the dataloader's at that size)."""
+    options = {**SMALL, "recipe": AUGMENTED, "dtype": torch.uint8, "image_size": 32}
+    loader = make_loader(packed_lmdb, backend="dali", **options)
+    first = epoch_batches(loader, 0)
+    pipe = loader._pipe
+    loader.set_image_size(48)
+    second = epoch_batches(loader, 1)
+    assert loader._pipe is pipe
+    assert {x.shape[-1] for x, _, _ in first} == {32} and {x.shape[-1] for x, _, _ in second} == {48}
+    unchanged = make_loader(packed_lmdb, backend="dataloader", **options)
+    assert [b[2].tolist() for b in second] == [b[2].tolist() for b in epoch_batches(unchanged, 1)]
+    at_48 = epoch_batches(make_loader(packed_lmdb, backend="dataloader", **{**options, "image_size": 48}), 1)
+    assert image_differences(second, at_48, AUGMENTED).max() < LOADER_IMAGE_MAX
+    assert loader.state_dict()["image_size"] == 48
+
+
+def test_bad_output_type_is_a_value_error():
+    from datapipe.backends.dali.graph import build_pipeline
+
+    with pytest.raises(ValueError, match="output must be one of"):
+        build_pipeline(SimpleNamespace(outputs=()), batch_size=2, threads=1, py_workers=1, device_id=None,
+                       start_method="fork", seed=0, channels_last=False, output="int8")
