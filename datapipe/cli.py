@@ -153,6 +153,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--simulate-step", type=float, default=0.0, metavar="MS",
                    help="a fake training step of MS milliseconds per batch; reports data_wait_pct")
     p.add_argument("--split", default="train")
+    p.add_argument("--recipe", help="the loaders serve this augmentation preset (deit, rsb-a3, ffcv-rn50, tv-v2; "
+                   "default: crop + flip)")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="write a bar chart (needs matplotlib)")
     _add_remote_options(p)
@@ -171,7 +173,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         backends=tuple(b for b in args.backends.split(",") if b), batch_size=args.batch_size,
         image_size=args.image_size, seconds=args.seconds, repeats=args.repeats, warmup=args.warmup,
         workers=args.workers, simulate_step_ms=args.simulate_step, split=args.split, sampling=args.sampling,
-        cache_dir=args.cache_dir, cache_limit=args.cache_limit)
+        cache_dir=args.cache_dir, cache_limit=args.cache_limit, recipe=args.recipe)
     quiet = logging.getLogger("datapipe")
     level = quiet.level
     if not args.verbose:  # no "backend (requested)" line per loader built: the progress bar is the only output
@@ -205,6 +207,8 @@ def _add_remote_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
+    from .cli_recipe import add_recipe_options
+
     # Options left out stay out of the namespace: TrainConfig's defaults apply, or on --resume the
     # checkpoint's run settings (what the command line gives wins).
     p = sub.add_parser("train", help="reference AMP/DDP training loop (run under torchrun for several GPUs)",
@@ -213,10 +217,18 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", choices=["resnet18", "resnet34", "resnet50", "resnet101"], help="default: resnet50")
     p.add_argument("--epochs", type=int, help="default: 1")
     p.add_argument("--batch-size", type=int, help="per GPU (per process); default: 256")
-    p.add_argument("--lr", type=float, help="default: 0.1")
-    p.add_argument("--weight-decay", type=float, help="default: 1e-4")
+    p.add_argument("--opt", choices=["sgd", "adamw"], help="default: sgd (momentum 0.9); adamw: no weight decay on "
+                   "biases and norm weights, as timm")
+    p.add_argument("--lr", type=float, help="default: 0.1 (sgd), 1e-3 (adamw)")
+    p.add_argument("--weight-decay", type=float, help="default: 1e-4 (sgd), 0.05 (adamw)")
     p.add_argument("--warmup-epochs", type=float, help="default: 1")
-    p.add_argument("--label-smoothing", type=float, help="default: 0.1")
+    p.add_argument("--warmup-lr", type=float, help="the warm-up rises from this lr; default: 0")
+    p.add_argument("--min-lr", type=float, help="the cosine decays to this lr; default: 0")
+    p.add_argument("--label-smoothing", type=float,
+                   help="smoothing of integer labels in the loss; default: 0.1. A recipe with soft targets (mixup, "
+                        "cutmix, --smoothing) carries its own smoothing and is not smoothed again")
+    p.add_argument("--model-ema", action="store_true", help="keep an EMA of the weights, saved and evaluated too")
+    p.add_argument("--model-ema-decay", type=float, help="default: 0.9998")
     p.add_argument("--image-size", type=int, help="default: 224")
     p.add_argument("--backend", choices=["auto", "threads", "dataloader", "prefetch", "dali"], help="default: auto")
     p.add_argument("--amp", choices=["bf16", "fp16", "off"], help="default: bf16 where the GPU supports it, else off")
@@ -238,6 +250,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--start-method", choices=["fork", "spawn", "forkserver"],
                    help="worker start method (default: fork; DALI on CUDA: spawn)")
     _add_remote_options(p)
+    add_recipe_options(p)
     p.add_argument("--out", required=True, help="folder for metrics.jsonl, last.pt, summary.json")
     p.add_argument("--resume", metavar="LAST_PT",
                    help="continue from a checkpoint (mid-epoch included) with its settings, but for those given again")
@@ -248,6 +261,7 @@ def _run_train(args: argparse.Namespace) -> int:
     import dataclasses
     import os
 
+    from .cli_recipe import train_recipe
     from .train import DistEnv, TrainConfig, train
     from .train.checkpoint import run_settings
 
@@ -259,6 +273,9 @@ def _run_train(args: argparse.Namespace) -> int:
     if hasattr(args, "no_channels_last"):
         given["channels_last"] = False
     saved = run_settings(given["resume"]) if given.get("resume") else {}
+    recipe = train_recipe(args, saved)
+    if recipe is not None:
+        given["recipe"] = recipe
     metrics = train(TrainConfig(**{**saved, **given}), env)
     if env.is_main and metrics:
         last = metrics[-1]
@@ -304,6 +321,46 @@ def _run_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_preview(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("preview", help="a PNG grid of a few records over a few epochs as training receives them, "
+                                       "from each backend side by side (same record, same view)")
+    p.add_argument("data", help="packed dataset, image folder or shards")
+    p.add_argument("--recipe", default="default",
+                   help="augmentation preset: default, deit, rsb-a3, ffcv-rn50, tv-v2 (default: default)")
+    p.add_argument("--out", required=True, metavar="FILE.png", help="where to write the grid")
+    p.add_argument("--records", type=int, default=6, help="records per row: each epoch's first batch (default 6)")
+    p.add_argument("--epochs", type=int, default=3, help="epochs 0..N-1, one row per backend each (default 3)")
+    p.add_argument("--backends", default="threads,dataloader,dali",
+                   help="comma-separated (default: threads,dataloader,dali; one not installed is skipped)")
+    p.add_argument("--image-size", type=int, default=128, help="default: 128")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--split", default="train")
+    p.set_defaults(run=_run_preview)
+
+
+def _run_preview(args: argparse.Namespace) -> int:
+    from .preview import PreviewOptions, preview
+
+    options = PreviewOptions(recipe=args.recipe, records=args.records, epochs=args.epochs,
+                             backends=tuple(b for b in args.backends.split(",") if b), image_size=args.image_size,
+                             seed=args.seed, split=args.split)
+    quiet = logging.getLogger("datapipe")
+    level = quiet.level
+    if not args.verbose:  # the loaders' own lines (backend chosen, bad records) become the notes below
+        quiet.setLevel(logging.ERROR)
+    try:
+        shown = preview(args.data, options)
+    finally:
+        quiet.setLevel(level)
+    for note in shown.notes:
+        print(f"note: {note}")
+    path = shown.save(args.out)
+    backends = list(dict.fromkeys(row.backend for row in shown.rows))
+    print(f"wrote {path}: {options.epochs} epochs x {', '.join(backends)}, {options.records} records each, "
+          f"recipe {options.recipe.name}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="datapipe", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -328,6 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the GPU self-test instead: each GPU path against the CPU path on the same records "
                         "(DALI decode, prefetcher, pinned copies, AMP, NCCL); exit status 1 on a mismatch")
     p.set_defaults(run=_run_doctor)
+    _add_preview(sub)
     return parser
 
 

@@ -1,5 +1,6 @@
 """TensorBoard scalars from `datapipe train`, beside metrics.jsonl (which stays the record): rank 0
 only, per log interval (`train/...` at the optimizer step) and per epoch (`epoch/...` at the epoch).
+The run's settings and recipe go to the HPARAMS tab (same event file, the epoch scalars as metrics).
 TensorBoard is an optional extra (`pip install datapipe[tensorboard]`)."""
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 
 log = logging.getLogger("datapipe.train")
 AUTO, OFF = "auto", "off"
-EPOCH_SCALARS = ("train_loss", "train_acc", "val_acc", "images_per_s", "data_wait_pct", "lr")
+EPOCH_SCALARS = ("train_loss", "train_acc", "val_acc", "ema_val_acc", "images_per_s", "data_wait_pct", "lr")
+HPARAM_METRICS = ("epoch/train_loss", "epoch/train_acc", "epoch/val_acc", "epoch/ema_val_acc")
 
 
 def _writer_class() -> Any:
@@ -44,6 +46,15 @@ class Board:
         board = cls(out / "tensorboard" if setting == AUTO else Path(setting))
         log.info("TensorBoard logs in %s (tensorboard --logdir %s)", board.folder, board.folder)
         return board
+
+    def hparams(self, settings: dict[str, Any]) -> None:
+        """The run's settings (datapipe.train.config.hparams) as the HPARAMS tab's one session; values
+        that are not numbers, strings or booleans are written as text, None left out."""
+        from torch.utils.tensorboard.summary import hparams
+
+        plain = {k: v if v is None or isinstance(v, (bool, int, float, str)) else str(v) for k, v in settings.items()}
+        for summary in hparams(plain, {name: 0.0 for name in HPARAM_METRICS}):
+            self.writer.file_writer.add_summary(summary)
 
     def interval(self, step: int, **scalars: float) -> None:
         for name, value in scalars.items():

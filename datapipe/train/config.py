@@ -1,31 +1,64 @@
-"""Training options (validated once) and the warm-up + cosine learning-rate schedule."""
+"""Training options (validated once) and the warm-up + cosine learning-rate schedule.
+
+Label smoothing, one value per run, applied in one place (the same targets either way: torch's
+CrossEntropyLoss(label_smoothing=s) on integer labels is soft-target cross-entropy on timm's
+smoothed one-hots, off = s / classes, on = 1 - s + off):
+- the recipe makes soft targets (mixup, cutmix or its own `label_smoothing` > 0, `--smoothing`):
+  the smoothing is in the targets (the recipe's), and the loss does not smooth them again;
+- otherwise the loader yields integer labels and the loss smooths them by `label_smoothing`
+  (`--label-smoothing`, 0.1 when unset: the loop's historical default, so old command lines train
+  as before). Giving both a `label_smoothing` and a soft-target recipe with another value is an error.
+"""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ..augment.recipe import PRESETS, Recipe, resolve_recipe
 
 AMP_MODES = ("bf16", "fp16", "off")
+# Per optimizer: (lr, weight_decay) when not given. SGD: the loop's historical values (Goyal et al.);
+# AdamW: DeiT's weight decay with an lr that suits batches of a few hundred.
+OPTIMIZERS = {"sgd": (0.1, 1e-4), "adamw": (1e-3, 0.05)}
+HARD_LABEL_SMOOTHING = 0.1  # the loss's smoothing of integer labels when label_smoothing is unset
 # What defines a run's course: a resume from the command line keeps the checkpoint's values of these
 # unless they are given again (datapipe.train.checkpoint.run_settings); the Trainer follows its config.
 RUN_SETTINGS = ("model", "epochs", "batch_size", "lr", "momentum", "weight_decay", "label_smoothing",
                 "warmup_epochs", "image_size", "amp", "accum_steps", "seed", "skip_nonfinite",
-                "checkpoint_activations", "channels_last")
+                "checkpoint_activations", "channels_last", "recipe", "opt", "model_ema", "model_ema_decay",
+                "warmup_lr", "min_lr")
+
+
+def as_recipe(value: "Recipe | str | dict[str, Any] | None") -> Recipe:
+    """A Recipe from a Recipe, a preset name, a checkpoint's dict (Recipe.to_dict) or None (the default)."""
+    if isinstance(value, dict):
+        return Recipe.from_dict(value)
+    return resolve_recipe(value)
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything `datapipe train` takes; `amp=None` picks bf16 on GPUs that support it, else off."""
+    """Everything `datapipe train` takes; `amp=None` picks bf16 on GPUs that support it, else off.
+    `lr` and `weight_decay` left None take the optimizer's defaults (OPTIMIZERS); `recipe` is a
+    datapipe.Recipe or a preset name (datapipe.augment.PRESETS)."""
 
     data: str
     out: str
     model: str = "resnet50"
     epochs: int = 1
     batch_size: int = 256
-    lr: float = 0.1
+    opt: str = "sgd"
+    lr: float | None = None
     momentum: float = 0.9
-    weight_decay: float = 1e-4
-    label_smoothing: float = 0.1
+    weight_decay: float | None = None
+    label_smoothing: float | None = None  # integer labels only: see the module's docstring
     warmup_epochs: float = 1.0
+    warmup_lr: float = 0.0  # the warm-up rises linearly from here to lr
+    min_lr: float = 0.0  # the cosine ends here
+    recipe: Recipe = PRESETS["default"]
+    model_ema: bool = False
+    model_ema_decay: float = 0.9998
     image_size: int = 224
     backend: str = "auto"
     amp: str | None = None
@@ -51,19 +84,60 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "accum_steps", "image_size", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.lr <= 0 or self.warmup_epochs < 0 or self.save_every < 0:
-            raise ValueError("lr must be > 0; warmup_epochs and save_every must be >= 0")
+        if self.opt not in OPTIMIZERS:
+            raise ValueError(f"opt must be one of {sorted(OPTIMIZERS)}, got {self.opt!r}")
+        lr, weight_decay = OPTIMIZERS[self.opt]
+        object.__setattr__(self, "lr", lr if self.lr is None else self.lr)
+        object.__setattr__(self, "weight_decay", weight_decay if self.weight_decay is None else self.weight_decay)
+        object.__setattr__(self, "recipe", as_recipe(self.recipe))
+        if self.lr <= 0 or self.warmup_epochs < 0 or self.save_every < 0 or self.weight_decay < 0:
+            raise ValueError("lr must be > 0; warmup_epochs, save_every and weight_decay must be >= 0")
+        if not 0 <= self.min_lr <= self.lr or not 0 <= self.warmup_lr <= self.lr:
+            raise ValueError(f"min_lr ({self.min_lr}) and warmup_lr ({self.warmup_lr}) must be within 0..lr ({self.lr})")
+        if not 0 <= self.model_ema_decay < 1:
+            raise ValueError(f"model_ema_decay must be within [0, 1), got {self.model_ema_decay} (timm's default: 0.9998)")
         if self.amp is not None and self.amp not in AMP_MODES:
             raise ValueError(f"amp must be one of {AMP_MODES}, got {self.amp!r}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
+        self._check_smoothing()
+
+    def _check_smoothing(self) -> None:
+        if self.label_smoothing is not None and not 0 <= self.label_smoothing < 1:
+            raise ValueError(f"label_smoothing must be within [0, 1), got {self.label_smoothing}")
+        if (self.label_smoothing is not None and self.recipe.soft_targets
+                and self.label_smoothing != self.recipe.label_smoothing):
+            raise ValueError(
+                f"label_smoothing={self.label_smoothing} smooths integer labels in the loss, but recipe "
+                f"{self.recipe.name!r} makes soft targets that carry its own smoothing "
+                f"({self.recipe.label_smoothing}) and are not smoothed again: set the recipe's instead "
+                f"(--smoothing {self.label_smoothing}, or Recipe label_smoothing=) and leave label_smoothing unset")
+
+    @property
+    def loss_smoothing(self) -> float:
+        """What the loss smooths integer labels by (soft targets are never smoothed again)."""
+        return HARD_LABEL_SMOOTHING if self.label_smoothing is None else self.label_smoothing
+
+    def record(self) -> dict[str, Any]:
+        """Plain values (a checkpoint's `config`, loadable with weights_only): the recipe as a dict."""
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "recipe": self.recipe.to_dict()}
 
 
-def warmup_cosine(step: int, *, warmup: int, total: int) -> float:
-    """LR multiplier: linear warm-up over `warmup` steps, then cosine decay to 0 at `total`."""
+def hparams(config: TrainConfig) -> dict[str, Any]:
+    """The run's settings and its recipe's fields (`recipe/...`), flat, for TensorBoard's hparams."""
+    record = config.record()
+    found: dict[str, Any] = {name: record[name] for name in RUN_SETTINGS if name != "recipe"}
+    found["recipe"] = config.recipe.name
+    found.update({f"recipe/{k}": v for k, v in record["recipe"].items() if k != "name"})
+    return found
+
+
+def warmup_cosine(step: int, *, warmup: int, total: int, start: float = 0.0, floor: float = 0.0) -> float:
+    """LR multiplier: linear warm-up over `warmup` steps from `start` (a share of lr), then cosine
+    decay to `floor` (a share of lr) at `total`. start = floor = 0: the loop's historical schedule."""
     if step < warmup:
-        return (step + 1) / warmup
+        return start + (1 - start) * (step + 1) / warmup
     if total <= warmup:
         return 1.0
     progress = min(1.0, (step - warmup) / (total - warmup))
-    return 0.5 * (1 + math.cos(math.pi * progress))
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))

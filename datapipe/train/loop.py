@@ -30,10 +30,13 @@ from ..storage import redact
 from . import checkpoint
 from .board import Board
 from .clock import make_clock
-from .config import RUN_SETTINGS, TrainConfig, warmup_cosine
+from .config import RUN_SETTINGS, TrainConfig, hparams, warmup_cosine
 from .ddp import DistEnv, all_max, all_sum, gather_strings, setup, teardown
+from .ema import ModelEma
 from .guard import NonFiniteGuard
 from .models import build_model
+from .objective import Criterion, count_correct
+from .optim import build_optimizer
 
 log = logging.getLogger("datapipe.train")
 
@@ -61,13 +64,6 @@ def resolve_amp(amp: str | None, device: torch.device) -> torch.dtype | None:
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}[amp]
 
 
-def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """No weight decay on BatchNorm weights and biases (1-d parameters)."""
-    decay = [p for p in model.parameters() if p.ndim > 1]
-    rest = [p for p in model.parameters() if p.ndim <= 1]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
-
-
 class Trainer:
     """One rank of a training run; `fit()` runs it and returns the per-epoch metrics."""
 
@@ -78,10 +74,14 @@ class Trainer:
         if env.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(config.seed)
+        saved = checkpoint.load(config.resume) if config.resume else None
+        if saved is not None:  # before anything is built or written: a refusal is one line, nothing left behind
+            checkpoint.refuse_another_course(saved, config)
         common = dict(backend=config.backend, batch_size=config.batch_size, image_size=config.image_size,
                       seed=config.seed, num_workers=config.workers, device=str(self.device),
                       channels_last=config.channels_last, start_method=config.start_method,
-                      sampling=config.sampling, cache_dir=config.cache_dir, cache_limit=config.cache_limit)
+                      sampling=config.sampling, cache_dir=config.cache_dir, cache_limit=config.cache_limit,
+                      recipe=config.recipe)  # the train view, soft targets; the eval view (crop_pct) of val
         # drop_last: a lone last sample breaks BatchNorm ("Expected more than 1 value per channel"),
         # as in timm and the reference ImageNet scripts; evaluation keeps every sample.
         self.loader: Loader = make_loader(config.data, split="train", train=True, drop_last=True, **common)
@@ -97,24 +97,35 @@ class Trainer:
             self.net = nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
         if config.compile:
             self.net = torch.compile(self.net)
-        self.optimizer = torch.optim.SGD(_param_groups(self.model, config.weight_decay), lr=config.lr,
-                                         momentum=config.momentum)
-        self.steps_per_epoch = math.ceil(len(self.loader) / config.accum_steps)
-        schedule = functools.partial(warmup_cosine, warmup=int(config.warmup_epochs * self.steps_per_epoch),
-                                     total=self.steps_per_epoch * config.epochs)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
-        self.amp = resolve_amp(config.amp, self.device)
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp == torch.float16)
-        self.criterion = nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
+        self._build_optimization()
         self.epoch, self.step, self.sums = 0, 0, EpochSums()
         self.guard = NonFiniteGuard(self.device, skip=config.skip_nonfinite)
         self.clock = make_clock(self.device)
         self.nonfinite = self.skipped = 0  # non-finite losses, skipped steps before this process (checkpoint)
         self.metrics: list[dict[str, Any]] = []
         self.board = Board.open(config.tensorboard, self.out) if env.is_main else None
+        if self.board is not None:
+            self.board.hparams(hparams(config))
         self._logged_images = 0  # sums.images at the last log line (rank 0's interval figures)
-        if config.resume:
-            self._restore(checkpoint.load(config.resume))
+        if saved is not None:
+            self._restore(saved)
+
+    def _build_optimization(self) -> None:
+        """Optimizer (--opt), warm-up + cosine schedule, AMP and its scaler, the loss, the EMA copy."""
+        config = self.config
+        self.optimizer = build_optimizer(self.model, config)
+        self.steps_per_epoch = math.ceil(len(self.loader) / config.accum_steps)
+        schedule = functools.partial(warmup_cosine, warmup=int(config.warmup_epochs * self.steps_per_epoch),
+                                     total=self.steps_per_epoch * config.epochs, start=config.warmup_lr / config.lr,
+                                     floor=config.min_lr / config.lr)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
+        self.amp = resolve_amp(config.amp, self.device)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp == torch.float16)
+        self.criterion = Criterion(config.loss_smoothing)  # soft targets: never smoothed again
+        self.ema = ModelEma(self.model, config.model_ema_decay) if config.model_ema else None
+        log.info("recipe %s (%s labels), --opt %s, lr %.4g, weight decay %.4g%s", config.recipe.name,
+                 "soft" if config.recipe.soft_targets else "integer", config.opt, config.lr, config.weight_decay,
+                 f", model EMA decay {config.model_ema_decay}" if self.ema else "")
 
     def _val_loader(self, common: dict[str, Any]) -> Loader | None:
         """Evaluation is short: its DataLoader workers start per evaluation (a fork), so training
@@ -134,10 +145,12 @@ class Trainer:
     def _state(self, sums: EpochSums) -> dict[str, Any]:
         """What last.pt holds (rank 0 only, so no collective here: counts agreed at the last check)."""
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "model_ema": self.ema.state_dict() if self.ema is not None else None,
+                "recipe": self.config.recipe.to_dict(),
                 "scaler": self.scaler.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "loader": self.loader.state_dict(), "epoch": self.epoch, "step": self.step,
                 "sums": asdict(sums), "metrics": self.metrics,
-                "config": {**asdict(self.config), "data": redact(self.config.data)},  # no credentials in last.pt
+                "config": {**self.config.record(), "data": redact(self.config.data)},  # no credentials in last.pt
                 "world_size": self.env.world_size, "nonfinite": self.nonfinite + self.guard.agreed,
                 "skipped_steps": self.skipped + int(self.guard.skipped.item())}
 
@@ -150,8 +163,10 @@ class Trainer:
 
     def _restore(self, state: dict[str, Any]) -> None:
         """Continue from last.pt under this run's config: a setting that differs from the checkpoint's
-        (a new --lr, --epochs) wins and is logged; the schedule keeps its position."""
+        (a new --lr, --epochs) wins and is logged; the schedule keeps its position. Another recipe or
+        optimizer was refused before (checkpoint.refuse_another_course)."""
         self.model.load_state_dict(state["model"])
+        self._load_ema(state.get("model_ema"))
         self._load_optimization(state)
         self.scaler.load_state_dict(state["scaler"])
         self.loader.load_state_dict(state["loader"])  # a global position: any world size resumes from it
@@ -162,7 +177,7 @@ class Trainer:
         self.nonfinite, self.skipped = int(state.get("nonfinite", 0)), int(state.get("skipped_steps", 0))
         saved = state.get("config", {})
         for name in RUN_SETTINGS:
-            if name in saved and saved[name] != getattr(self.config, name):
+            if name != "recipe" and name in saved and saved[name] != getattr(self.config, name):
                 log.info("resume: %s %s -> %s (this run's setting)", name, saved[name], getattr(self.config, name))
         before = (int(state.get("world_size", self.env.world_size)), saved.get("batch_size", self.config.batch_size),
                   saved.get("accum_steps", self.config.accum_steps))
@@ -180,13 +195,24 @@ class Trainer:
     def _load_optimization(self, state: dict[str, Any]) -> None:
         """The optimizer's and the scheduler's state from the checkpoint (momentum buffers, position);
         their settings (base lr, momentum, weight decay) from this run's config, which built them."""
-        settings = [{k: g[k] for k in ("initial_lr", "momentum", "weight_decay")} for g in self.optimizer.param_groups]
+        settings = [{k: v for k, v in g.items() if k not in ("params", "lr")} for g in self.optimizer.param_groups]
         base_lrs = list(self.scheduler.base_lrs)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         for group, mine in zip(self.optimizer.param_groups, settings):
             group.update(mine)
         self.scheduler.base_lrs = base_lrs
+
+    def _load_ema(self, saved: dict[str, Any] | None) -> None:
+        """The EMA weights from the checkpoint; a run that had none starts its EMA at the model's."""
+        if self.ema is None:
+            if saved is not None:
+                log.info("resume: the checkpoint's model EMA is dropped (--model-ema not given)")
+        elif saved is None:
+            self.ema = ModelEma(self.model, self.config.model_ema_decay)
+            log.info("resume: the checkpoint has no model EMA; it starts here from the model's weights")
+        else:
+            self.ema.load_state_dict(saved)
 
     # ---- training ---------------------------------------------------------------------------
     def fit(self) -> list[dict[str, Any]]:
@@ -244,12 +270,14 @@ class Trainer:
                 logits = self.net(images)
                 loss = self.criterion(logits, labels)
             self.scaler.scale(loss / self.config.accum_steps).backward()
-        return loss.detach().float(), (logits.detach().argmax(1) == labels).sum().float()
+        return loss.detach().float(), count_correct(logits.detach(), labels)
 
     def _after_step(self, sums: torch.Tensor) -> bool:
         """Optimizer step, schedule, logging and checkpoints; False when max_steps is reached.
         `sums`: the epoch's loss sum and correct count on this rank, on the device."""
         self.guard.step(self.scaler, self.optimizer, self.model)  # skipped if inf/NaN; the schedule goes on
+        if self.ema is not None:
+            self.ema.update(self.model)
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.step += 1
@@ -304,28 +332,31 @@ class Trainer:
             on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.out / "profile")))
 
     # ---- epoch end --------------------------------------------------------------------------
-    def evaluate(self) -> float | None:
-        """Top-1 accuracy on the val split over all ranks (padding that evens out ranks not counted)."""
+    def evaluate(self, model: nn.Module | None = None) -> float | None:
+        """Top-1 accuracy of `model` (the trained one by default; the EMA copy) on the val split over all
+        ranks (padding that evens out ranks not counted)."""
         if self.val_loader is None:
             return None
-        self.net.eval()
+        net = self.net if model is None else model
+        net.eval()
         real = self.val_loader.real_samples
         correct, seen = torch.zeros((), device=self.device), 0
         with torch.no_grad(), self._autocast():
             for images, labels, _ in self.val_loader:
                 keep = max(0, min(len(labels), real - seen))
                 seen += len(labels)
-                correct += (self.net(images).argmax(1)[:keep] == labels[:keep]).sum()
+                correct += (net(images).argmax(1)[:keep] == labels[:keep]).sum()
         total_correct, total = all_sum([float(correct.item()), float(min(seen, real))], self.device)
         return total_correct / max(1.0, total)
 
     def _finish_epoch(self) -> None:
         val_acc = self.evaluate()
+        ema_val_acc = self.evaluate(self.ema.module) if self.ema is not None else None
         loss_sum, images, correct, wait_share = all_sum([self.sums.loss_sum, self.sums.images, self.sums.correct,
                                                          self.sums.wait / max(self.sums.seconds, 1e-9)], self.device)
         seconds = all_max(self.sums.seconds, self.device)
         record = {"epoch": self.epoch, "train_loss": loss_sum / max(images, 1), "train_acc": correct / max(images, 1),
-                  "val_acc": val_acc, "images": int(images),
+                  "val_acc": val_acc, "ema_val_acc": ema_val_acc, "recipe": self.config.recipe.name, "images": int(images),
                   "images_per_s": images / max(seconds, 1e-9), "data_wait_pct": 100 * wait_share / self.env.world_size,
                   "world_size": self.env.world_size, "backend": self.loader.backend,
                   "lr": self.scheduler.get_last_lr()[0], "steps": self.step, "seconds": seconds,
@@ -348,7 +379,8 @@ class Trainer:
         digests = gather_strings(checkpoint.weights_digest(self.model))
         if self.env.is_main:
             summary = {"epochs_done": self.epoch, "steps": self.step, "weights_digest_per_rank": digests,
-                       "last": self.metrics[-1] if self.metrics else None}
+                       "last": self.metrics[-1] if self.metrics else None, "recipe": self.config.recipe.to_dict(),
+                       "opt": self.config.opt, "model_ema_decay": self.config.model_ema_decay if self.ema else None}
             (self.out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
 
 
