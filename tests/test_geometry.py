@@ -90,11 +90,11 @@ def test_a_pickled_dali_source_prepares_records_in_a_fresh_process_without_pillo
     loader = make_loader(clean_folder, backend="dali", device="cpu", batch_size=4, image_size=32, num_workers=1)
     blob = pickle.dumps(loader.source)
     indices = list(range(len(loader.dataset)))
-    expected = [loader.source.prepare(1, i)[2].tolist() for i in indices]
+    expected = [[a.tolist() for a in loader.source.prepare(1, i)[2]] for i in indices]
     code = f"""
 import json, pickle, sys
 source = pickle.loads({blob!r})
-rows = [source.prepare(1, i)[2].tolist() for i in {indices!r}]
+rows = [[a.tolist() for a in source.prepare(1, i)[2]] for i in {indices!r}]
 print(json.dumps({{"heavy": [m for m in {HEAVY!r} if m in sys.modules], "rows": rows}}))
 """
     result = _fresh_python(code)

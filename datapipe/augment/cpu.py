@@ -14,7 +14,6 @@ import torch.nn.functional as F
 from .ops import AFFINE, KINDS
 
 Image = torch.Tensor  # uint8, 3 x H x W
-_LEVELS = torch.arange(256, dtype=torch.float32)
 
 
 def apply_ops(image: Image, ops, *, fill: tuple[int, int, int] = (0, 0, 0), interpolation: str = "bilinear") -> Image:
@@ -63,32 +62,32 @@ def _blend(degenerate: torch.Tensor, image: Image, factor: float, pixels: torch.
 
 
 def auto_contrast(image: Image, value: float, fill, interpolation) -> Image:
-    """PIL's ImageOps.autocontrast (cutoff 0) per channel; its table in Python floats, as PIL's
-    (float rounding decides a level where i * scale + offset is an integer)."""
-    tables = []
-    for lo, hi in zip(image.amin(dim=(1, 2)).tolist(), image.amax(dim=(1, 2)).tolist()):
-        if hi <= lo:
-            tables.append(list(range(256)))
-            continue
-        scale = 255.0 / (hi - lo)
-        offset = -lo * scale
-        tables.append([min(255, max(0, int(i * scale + offset))) for i in range(256)])
-    return _lut(image, torch.tensor(tables))
+    """PIL's ImageOps.autocontrast (cutoff 0) per channel; its table in float64 with a separate
+    multiply and add, as PIL's Python loop computes it (the rounding decides a level where
+    i * scale + offset is an integer)."""
+    pixels = image.numpy().reshape(3, -1)
+    lo, hi = pixels.min(axis=1).astype(np.float64), pixels.max(axis=1).astype(np.float64)
+    flat = hi <= lo
+    scale = 255.0 / np.where(flat, 1.0, hi - lo)
+    table = _IDENTITY * scale[:, None] + (-lo * scale)[:, None]
+    table = np.where(flat[:, None], _IDENTITY, np.clip(np.trunc(table), 0, 255))
+    return _lut(image, table)
 
 
 def equalize(image: Image, value: float, fill, interpolation) -> Image:
-    """PIL's ImageOps.equalize, per channel: step = (pixels - the last used level's count) // 255."""
+    """PIL's ImageOps.equalize, per channel: step = (pixels - the last used level's count) // 255,
+    level i -> (step // 2 + pixels below i) // step."""
     tables = []
-    for channel in image:
-        hist = torch.bincount(channel.reshape(-1).long(), minlength=256)
+    for channel in image.numpy():
+        hist = np.bincount(channel.reshape(-1), minlength=256)
         used = hist[hist > 0]
         step = int((used.sum() - used[-1]) // 255) if len(used) > 1 else 0
         if step == 0:
-            tables.append(_LEVELS.clone())
+            tables.append(_IDENTITY)
             continue
-        cumulative = torch.cumsum(hist, 0) - hist  # n before adding level i
-        tables.append(((cumulative + step // 2) // step).clamp(max=255).to(torch.float32))
-    return _lut(image, torch.stack(tables))
+        below = np.cumsum(hist) - hist
+        tables.append(np.minimum((below + step // 2) // step, 255))
+    return _lut(image, np.stack(tables))
 
 
 def invert(image: Image, value: float, fill, interpolation) -> Image:

@@ -7,6 +7,7 @@ ratio=(3/4, 4/3)), bilinear, horizontal flip p=0.5, ImageNet mean/std, eval crop
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -33,6 +34,7 @@ class AutoAugment:
     increasing: bool = False
 
 
+@functools.lru_cache(maxsize=64)
 def parse_auto_augment(text: str) -> AutoAugment:
     """timm's auto_augment string -> AutoAugment; a ValueError naming the part it cannot read."""
     parts = text.strip().split("-")
