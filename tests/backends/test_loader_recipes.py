@@ -55,8 +55,10 @@ def test_same_seed_same_batches_another_epoch_other_ones(packed_lmdb):
     assert not torch.equal(first[0][0], second[0][0])
 
 
-@pytest.mark.parametrize("backend", ["threads", "dataloader"])
+@pytest.mark.parametrize("backend", ["threads", "dataloader", "dali"])
 def test_a_resume_mid_epoch_with_mixup_serves_the_uninterrupted_batches(packed_lmdb, backend):
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
     whole = epoch_batches(make_loader(packed_lmdb, backend=backend, recipe="deit", **SMALL), 2)
     loader = make_loader(packed_lmdb, backend=backend, recipe="deit", **SMALL)
     loader.set_epoch(2)
