@@ -1,8 +1,8 @@
 """Apply a plan's pixel ops to a uint8 CHW image with torch kernels (the threads, dataloader and
 prefetch backends). One function per kind of datapipe.augment.ops.KINDS, each following the PIL
 operation timm applies (ImageOps, ImageEnhance, Image.transform), on tensors: lookup tables for the
-point ops, integer blends truncated as PIL's, grid_sample for the affine ops (bilinear or bicubic,
-the fill for uncovered pixels)."""
+point ops (NumPy's uint8 take), blends truncated as PIL's, grid_sample for the affine ops (bilinear,
+the fill where a pixel's centre maps outside the image, as PIL)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -16,7 +16,7 @@ from .ops import AFFINE, KINDS
 Image = torch.Tensor  # uint8, 3 x H x W
 
 
-def apply_ops(image: Image, ops, *, fill: tuple[int, int, int] = (0, 0, 0), interpolation: str = "bilinear") -> Image:
+def apply_ops(image: Image, ops, *, fill: tuple[int, int, int] = (0, 0, 0)) -> Image:
     """`image` with the plan's ops (kind id, parameter) applied in order; a new tensor when any.
     The affine ops sample bilinearly in every backend (DALI's warps have no cubic mode; timm uses
     the recipe's interpolation there): the one documented difference from timm's pixels."""
@@ -24,7 +24,7 @@ def apply_ops(image: Image, ops, *, fill: tuple[int, int, int] = (0, 0, 0), inte
         name = KINDS[int(kind)]
         if name == "identity":
             continue
-        image = APPLIERS[name](image, float(value), fill, interpolation)
+        image = APPLIERS[name](image, float(value), fill)
     return image
 
 
@@ -61,7 +61,7 @@ def _blend(degenerate: torch.Tensor, image: Image, factor: float, pixels: torch.
     return out.sub_(degenerate).mul_(factor).add_(degenerate).clamp_(0, 255).to(torch.uint8)
 
 
-def auto_contrast(image: Image, value: float, fill, interpolation) -> Image:
+def auto_contrast(image: Image, value: float, fill) -> Image:
     """PIL's ImageOps.autocontrast (cutoff 0) per channel; its table in float64 with a separate
     multiply and add, as PIL's Python loop computes it (the rounding decides a level where
     i * scale + offset is an integer)."""
@@ -74,7 +74,7 @@ def auto_contrast(image: Image, value: float, fill, interpolation) -> Image:
     return _lut(image, table)
 
 
-def equalize(image: Image, value: float, fill, interpolation) -> Image:
+def equalize(image: Image, value: float, fill) -> Image:
     """PIL's ImageOps.equalize, per channel: step = (pixels - the last used level's count) // 255,
     level i -> (step // 2 + pixels below i) // step."""
     tables = []
@@ -90,43 +90,43 @@ def equalize(image: Image, value: float, fill, interpolation) -> Image:
     return _lut(image, np.stack(tables))
 
 
-def invert(image: Image, value: float, fill, interpolation) -> Image:
+def invert(image: Image, value: float, fill) -> Image:
     return 255 - image
 
 
-def posterize(image: Image, value: float, fill, interpolation) -> Image:
+def posterize(image: Image, value: float, fill) -> Image:
     bits = int(value)
     if bits >= 8:
         return image
     return image & (~(2 ** (8 - bits) - 1) & 0xFF)
 
 
-def solarize(image: Image, value: float, fill, interpolation) -> Image:
+def solarize(image: Image, value: float, fill) -> Image:
     """Values >= the threshold inverted (a threshold above 255, timm's level 0, inverts nothing)."""
     return _lut(image, np.where(_IDENTITY >= value, 255 - _IDENTITY, _IDENTITY))
 
 
-def solarize_add(image: Image, value: float, fill, interpolation) -> Image:
+def solarize_add(image: Image, value: float, fill) -> Image:
     return _lut(image, np.where(_IDENTITY < 128, np.minimum(255, _IDENTITY + int(value)), _IDENTITY))
 
 
-def color(image: Image, value: float, fill, interpolation) -> Image:
+def color(image: Image, value: float, fill) -> Image:
     pixels = image.to(torch.float32)
     return _blend(_gray_float(pixels)[None], image, value, pixels)
 
 
-def contrast(image: Image, value: float, fill, interpolation) -> Image:
+def contrast(image: Image, value: float, fill) -> Image:
     """ImageEnhance.Contrast: blend with the L image's mean, int(mean + 0.5)."""
     pixels = image.to(torch.float32)
     mean = int(_gray_float(pixels).to(torch.float64).mean().item() + 0.5)
     return _blend(torch.tensor(float(mean)), image, value, pixels)
 
 
-def brightness(image: Image, value: float, fill, interpolation) -> Image:
+def brightness(image: Image, value: float, fill) -> Image:
     return image.to(torch.float32).mul_(value).clamp_(0, 255).to(torch.uint8)
 
 
-def sharpness(image: Image, value: float, fill, interpolation) -> Image:
+def sharpness(image: Image, value: float, fill) -> Image:
     """PIL's ImageFilter.SMOOTH (3 x 3 of ones, centre 5, / 13, rounded), its one-pixel border the
     original's: the 3 x 3 sum (a box filter, by shifted adds) plus 4 x the centre."""
     pixels = image.to(torch.float32)
@@ -139,15 +139,15 @@ def sharpness(image: Image, value: float, fill, interpolation) -> Image:
     return _blend(smooth, image, value, pixels)
 
 
-def vflip(image: Image, value: float, fill, interpolation) -> Image:
+def vflip(image: Image, value: float, fill) -> Image:
     return image.flip(-2)
 
 
-def grayscale(image: Image, value: float, fill, interpolation) -> Image:
+def grayscale(image: Image, value: float, fill) -> Image:
     return _gray(image).to(torch.uint8)[None].expand(3, -1, -1).contiguous()
 
 
-def _affine(image: Image, matrix: tuple[float, ...], fill, interpolation: str) -> Image:
+def _affine(image: Image, matrix: tuple[float, ...], fill) -> Image:
     """PIL's Image.transform(AFFINE, (a, b, c, d, e, f)): the output pixel centred at (x, y) takes the
     input at (a x + b y + c, d x + e y + f); pixels from outside the image get `fill`."""
     _, h, w = image.shape
@@ -156,18 +156,18 @@ def _affine(image: Image, matrix: tuple[float, ...], fill, interpolation: str) -
     theta = torch.tensor([[a, b * h / w, a + b * h / w + 2 * c / w - 1],
                           [d * w / h, e, d * w / h + e + 2 * f / h - 1]], dtype=torch.float32)
     grid = F.affine_grid(theta[None], [1, 3, h, w], align_corners=False)
-    mode = "bicubic" if interpolation == "bicubic" else "bilinear"
-    out = F.grid_sample(image.to(torch.float32)[None], grid, mode=mode, padding_mode="border", align_corners=False)[0]
+    out = F.grid_sample(image.to(torch.float32)[None], grid, mode="bilinear", padding_mode="border",
+                        align_corners=False)[0]
     inside = ((grid >= -1) & (grid < 1)).all(-1)  # PIL fills a pixel whose centre maps outside [0, size)
     colour = torch.tensor(fill, dtype=torch.float32).view(3, 1, 1)
     return torch.where(inside, out, colour).round_().clamp_(0, 255).to(torch.uint8)
 
 
-def _warp(kind: str) -> Callable[[Image, float, tuple, str], Image]:
+def _warp(kind: str) -> Callable[[Image, float, tuple], Image]:
     """The applier of a geometric kind: its PIL matrix (ops.AFFINE) on this image's size."""
-    def apply(image: Image, value: float, fill, interpolation) -> Image:
+    def apply(image: Image, value: float, fill) -> Image:
         _, h, w = image.shape
-        return _affine(image, AFFINE[kind](value, w, h), fill, interpolation)
+        return _affine(image, AFFINE[kind](value, w, h), fill)
     apply.__name__ = kind
     return apply
 
@@ -176,5 +176,5 @@ rotate, shear_x, shear_y, translate_x, translate_y = (_warp(k) for k in ("rotate
                                                                          "translate_x", "translate_y"))
 
 
-APPLIERS: dict[str, Callable[[Image, float, tuple, str], Image]] = {
+APPLIERS: dict[str, Callable[[Image, float, tuple], Image]] = {
     name: globals()[name] for name in KINDS if name != "identity"}

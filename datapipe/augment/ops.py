@@ -120,7 +120,10 @@ def _policy(text: str) -> tuple[tuple[tuple[str, float, float], ...], ...]:
     return tuple(subs)
 
 
-POLICIES = {"v0": _policy(_V0), "original": _policy(_ORIGINAL)}
+# timm's "r" variants: PosterizeIncreasing (the research implementations' posterize) in their place
+POLICIES = {"v0": _policy(_V0), "original": _policy(_ORIGINAL),
+            "v0r": _policy(_V0.replace("Posterize ", "PosterizeIncreasing ")),
+            "originalr": _policy(_ORIGINAL.replace("PosterizeOriginal ", "PosterizeIncreasing "))}
 
 # torchvision's TrivialAugmentWide (31 magnitude bins): kind -> (parameter at bin 0, at bin 30, signed).
 # Enhance factors are 1 + the magnitude; posterize keeps 8 - round(bin / 5) bits; solarize's threshold

@@ -87,8 +87,6 @@ def _auto_augment(augment: AutoAugment, size: int, rng: random.Random) -> list[O
     drawn: list[Op | None]
     if augment.policy == "rand":
         names = RAND_INCREASING_OPS if augment.increasing else RAND_OPS
-        if augment.num_ops > 4:
-            raise ValueError(f"RandAugment with n={augment.num_ops}: at most 4 ops per image are supported")
         chosen = [names[rng.randrange(len(names))] for _ in range(augment.num_ops)]  # with replacement, as timm
         drawn = [_timm_op(name, 0.5, augment.magnitude, augment, size, rng) for name in chosen]
     elif augment.policy == "trivialaugment":
@@ -108,6 +106,8 @@ def _trivial(rng: random.Random) -> Op:
         value = 8 - round(step / ((TRIVIAL_BINS - 1) / 6))
     elif kind == "solarize":
         value = math.ceil(value)
+    elif kind in ("translate_x", "translate_y"):
+        value = int(value)  # torchvision shifts by int(magnitude) pixels
     if signed and rng.random() < 0.5:
         value = -value
     if kind in ENHANCE:
@@ -148,14 +148,15 @@ Box = tuple[int, int, int, int]  # top, left, height, width
 
 
 def plan_erase(recipe: Recipe, seed: int, epoch: int, index: int, size: int) -> tuple[tuple[Box, ...], int]:
-    """timm's RandomErasing on a size x size view (probability, re_count boxes of 2%..1/3 of the area
-    over count, log-uniform aspect 0.3..3.3, 10 tries each): the boxes, and the seed of the noise
+    """timm's RandomErasing on a size x size view (probability, 1..re_count boxes of 2%..1/3 of the area
+    over their count, log-uniform aspect 0.3..3.3, 10 tries each): the boxes, and the seed of the noise
     that fills them in 'rand' and 'pixel' modes. A stream of its own, keyed like the view's."""
     rng = random.Random(sample_rng(seed, epoch, index).getrandbits(64) ^ 0x5EED_E7A5E)
     if recipe.re_prob <= 0 or rng.random() > recipe.re_prob:
         return (), 0
     boxes = []
-    area, count = size * size, recipe.re_count
+    count = rng.randint(1, recipe.re_count) if recipe.re_count > 1 else 1  # timm: randint(min_count, max_count)
+    area = size * size
     log_ratio = (math.log(0.3), math.log(1 / 0.3))
     for _ in range(count):
         for _ in range(10):

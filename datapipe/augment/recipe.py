@@ -13,18 +13,20 @@ import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-INTERPOLATIONS = ("bilinear", "bicubic", "random")
+TRAIN_INTERPOLATIONS = ("bilinear", "bicubic", "random")
+EVAL_INTERPOLATIONS = ("bilinear", "bicubic")
 ERASE_MODES = ("const", "rand", "pixel")
 MIX_MODES = ("batch", "elem")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-AA_POLICIES = ("rand", "trivialaugment", "ta_wide", "original", "v0")
+AA_POLICIES = ("rand", "trivialaugment", "ta_wide", "original", "originalr", "v0", "v0r")
+MAX_AUGMENT_OPS = 4  # RandAugment's n at most: a plan row holds 8 op slots (datapipe.augment.plan.MAX_OPS)
 
 
 @dataclass(frozen=True)
 class AutoAugment:
     """A parsed `auto_augment` string (timm's grammar): `rand-m9-n2-mstd0.5-inc1`, `original-mstd0.5`,
-    `v0`, `trivialaugment` (alias `ta_wide`)."""
+    `originalr`, `v0`, `v0r`, `trivialaugment` (alias `ta_wide`)."""
 
     policy: str
     magnitude: float = 10.0
@@ -47,7 +49,7 @@ def parse_auto_augment(text: str) -> AutoAugment:
                          f"{AA_POLICIES} (e.g. 'rand-m9-mstd0.5-inc1')")
     spec: dict[str, Any] = {"policy": policy}
     keys = {"m": "magnitude", "n": "num_ops", "mstd": "magnitude_std", "mmax": "magnitude_max", "inc": "increasing"}
-    allowed = {"rand": set(keys), "original": {"mstd"}, "v0": {"mstd"}, "trivialaugment": set()}[policy]
+    allowed = {"rand": set(keys), "trivialaugment": set()}.get(policy, {"mstd"})
     for part in parts[1:]:
         match = re.fullmatch(r"([a-z]+)(\d+(?:\.\d+)?)", part)
         if not match or match.group(1) not in allowed:
@@ -57,7 +59,36 @@ def parse_auto_augment(text: str) -> AutoAugment:
         if key == "magnitude_std" and value > 100:
             value = math.inf  # timm: mstd above 100 means uniform in [0, m]
         spec[key] = bool(int(value)) if key == "increasing" else int(value) if key == "num_ops" else value
+    if not 1 <= spec.get("num_ops", 2) <= MAX_AUGMENT_OPS:
+        raise ValueError(f"auto_augment={text!r}: n must be within 1..{MAX_AUGMENT_OPS} ops per image")
     return AutoAugment(**spec)
+
+
+def _choice(recipe: "Recipe", key: str, choices: tuple[str, ...], note: str = "") -> None:
+    if getattr(recipe, key) not in choices:
+        raise ValueError(f"{key} must be one of {choices}{note}, got {getattr(recipe, key)!r}")
+
+
+def _number(recipe: "Recipe", key: str, low: float, high: float, rule: str) -> float:
+    """The field as a float within [low, high], else a ValueError naming it."""
+    value = getattr(recipe, key)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, (bool, str)) or not low <= number <= high:
+        raise ValueError(f"{key} must be {rule}, got {value!r}")
+    return number
+
+
+def _triple(value: Any, name: str) -> tuple[float, float, float]:
+    try:
+        values = tuple(float(v) for v in value)
+    except (TypeError, ValueError):
+        values = ()
+    if len(values) != 3:
+        raise ValueError(f"{name} must be 3 numbers (RGB, on the 0..1 scale), got {value!r}")
+    return values  # type: ignore[return-value]
 
 
 def _pair(value: Any, name: str) -> tuple[float, float]:
@@ -111,30 +142,27 @@ class Recipe:
         set_("ratio", _pair(self.ratio, "ratio"))
         if self.scale[1] > 1:
             raise ValueError(f"scale is a share of the image's area, at most 1, got {self.scale!r}")
-        for key in ("interpolation", "eval_interpolation"):
-            if getattr(self, key) not in INTERPOLATIONS[:2 if key == "eval_interpolation" else 3]:
-                raise ValueError(f"{key} must be one of {INTERPOLATIONS[:2 if key == 'eval_interpolation' else 3]}, "
-                                 f"got {getattr(self, key)!r}")
+        _choice(self, "interpolation", TRAIN_INTERPOLATIONS)
+        _choice(self, "eval_interpolation", EVAL_INTERPOLATIONS)
+        _choice(self, "re_mode", ERASE_MODES)
+        _choice(self, "mix_mode", MIX_MODES, " (timm's 'pair' is not supported)")
         for key in ("hflip", "vflip", "grayscale_prob", "re_prob", "mixup_prob", "switch_prob"):
-            if not 0 <= getattr(self, key) <= 1:
-                raise ValueError(f"{key} is a probability within 0..1, got {getattr(self, key)!r}")
+            set_(key, _number(self, key, 0, 1, "a probability, a number within 0..1"))
+        set_("crop_pct", _number(self, "crop_pct", 1e-9, 1, "a number within (0, 1]"))
+        set_("mixup_alpha", _number(self, "mixup_alpha", 0, math.inf, "a number >= 0"))
+        set_("cutmix_alpha", _number(self, "cutmix_alpha", 0, math.inf, "a number >= 0"))
+        set_("label_smoothing", _number(self, "label_smoothing", 0, 0.999999, "a number within [0, 1)"))
+        for key in ("re_count", "aug_repeats"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{key} must be an int >= 1, got {value!r}")
         set_("color_jitter", self._jitter(self.color_jitter))
         if self.auto_augment is not None:
             parse_auto_augment(self.auto_augment)
-        if self.re_mode not in ERASE_MODES:
-            raise ValueError(f"re_mode must be one of {ERASE_MODES}, got {self.re_mode!r}")
-        if self.mix_mode not in MIX_MODES:
-            raise ValueError(f"mix_mode must be one of {MIX_MODES} (timm's 'pair' is not supported), got {self.mix_mode!r}")
-        if self.re_count < 1 or self.aug_repeats < 1:
-            raise ValueError(f"re_count and aug_repeats must be >= 1, got {self.re_count}, {self.aug_repeats}")
-        set_("mean", tuple(float(v) for v in self.mean))
-        set_("std", tuple(float(v) for v in self.std))
-        if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
-            raise ValueError(f"mean and std are 3 values each (RGB, 0..1 scale), std > 0; got {self.mean}, {self.std}")
-        if not 0 < self.crop_pct <= 1:
-            raise ValueError(f"crop_pct must be within (0, 1], got {self.crop_pct!r}")
-        if self.mixup_alpha < 0 or self.cutmix_alpha < 0 or not 0 <= self.label_smoothing < 1:
-            raise ValueError("mixup_alpha and cutmix_alpha must be >= 0, label_smoothing within [0, 1)")
+        set_("mean", _triple(self.mean, "mean"))
+        set_("std", _triple(self.std, "std"))
+        if min(self.std) <= 0:
+            raise ValueError(f"std must be > 0 in every channel, got {self.std}")
 
     @staticmethod
     def _jitter(value: Any) -> tuple[float, float, float] | None:

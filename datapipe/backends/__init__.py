@@ -91,7 +91,8 @@ def make_plan(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochPl
                          drop_last=options.drop_last, repeats=options.recipe.aug_repeats if options.train else 1)
     if options.train and options.recipe.aug_repeats > 1:
         raise ValueError(f"aug_repeats={options.recipe.aug_repeats} (repeated augmentation) needs sampling='global'; "
-                         "shard-wise sampling reads each record once per epoch")
+                         "shard-wise sampling reads each record once per epoch: give sampling='global', or "
+                         "aug_repeats=1 (datapipe train: --sampling global or --aug-repeats 1)")
     sizes = getattr(dataset, "shard_sizes", None)
     if sizes is None:
         raise ValueError(f"sampling='shards' needs a sharded dataset (.wds or shard files); {dataset} is "
@@ -126,6 +127,11 @@ def make_loader(source: str | Path | Dataset, *, split: str = "train", backend: 
     before each epoch. `sha256`: an LMDB or HDF5 file is opened only if it has this digest (see open_dataset).
     """
     recipe_fields = {k: overrides.pop(k) for k in list(overrides) if k in Recipe.__dataclass_fields__ and k != "name"}
+    unknown = sorted(set(overrides) - set(LoaderOptions.__dataclass_fields__))
+    if unknown:
+        raise ValueError(f"make_loader got unknown option(s) {unknown}: it takes LoaderOptions fields "
+                         f"{sorted(LoaderOptions.__dataclass_fields__)} and Recipe fields "
+                         f"{sorted(k for k in Recipe.__dataclass_fields__ if k != 'name')}")
     image_size = overrides.get("image_size", options.image_size if options else LoaderOptions.image_size)
     if callable(image_size):
         schedule = size_schedule(image_size)

@@ -89,6 +89,7 @@ class Loader(abc.ABC):
     def image_size_at(self, epoch: int) -> int:
         """The image size epoch `epoch` is served at."""
         return checked_size(self._size_schedule(epoch), epoch)
+
     @property
     def shard(self) -> Shard:
         return self.plan.shard
@@ -150,6 +151,11 @@ class Loader(abc.ABC):
             if key in state and state[key] != mine[key]:
                 raise ValueError(f"cannot resume: the state was saved with {key}={state[key]!r}, "
                                  f"this loader has {key}={mine[key]!r}")
+        saved_size, epoch = state.get("image_size"), int(state["epoch"])
+        if saved_size is not None and state.get("batches_done") and saved_size != self.image_size_at(epoch):
+            raise ValueError(f"cannot resume: epoch {epoch} was served at image_size {saved_size}, this loader serves "
+                             f"it at {self.image_size_at(epoch)}; give the same image_size (or schedule) to resume "
+                             "mid-epoch")
         if "recipe" in state and Recipe.from_dict(state["recipe"]) != self.recipe:
             diff = Recipe.from_dict(state["recipe"]).describe_difference(self.recipe)
             raise ValueError(f"cannot resume: the state was saved with another augmentation recipe ({diff}); "

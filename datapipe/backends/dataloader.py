@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Iterator
 
 import numpy as np
@@ -47,27 +48,33 @@ class DecodedRecords(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def _decode(self, epoch: int, index: int, size: int, key: int) -> tuple[torch.Tensor, int]:
-        """Record `index`'s view and ops; `key` seeds them (the record, or its repeat's key)."""
+    def _decode(self, epoch: int, index: int, size: int, key: int) -> tuple[torch.Tensor, int, random.Random]:
+        """Record `index` read and decoded to its view, the part a bad record can fail; and the rng its
+        plan continues from (`key` seeds it: the record, or its repeat's key)."""
         sample = self.dataset[index]
         rng = sample_rng(self.seed, epoch, key)
-        pixels = decode_view(sample.data, size, train=self.train, rng=rng, recipe=self.recipe)
-        if self.train:
-            ops = plan_ops(self.recipe, size, rng)
-            if ops:
-                pixels = apply_ops(pixels, ops, fill=self.fill)
-            if self.transform is not None:
-                pixels = apply_transform(self.transform, pixels, rng)
-        return pixels, sample.label
+        return decode_view(sample.data, size, train=self.train, rng=rng, recipe=self.recipe), sample.label, rng
+
+    def _augment(self, pixels: torch.Tensor, size: int, rng: random.Random) -> torch.Tensor:
+        """The planned ops and the user's transform: outside the bad-record policy, so an error here
+        (a bug, not bad data) is raised, never served around."""
+        ops = plan_ops(self.recipe, size, rng)
+        if ops:
+            pixels = apply_ops(pixels, ops, fill=self.fill)
+        if self.transform is not None:
+            pixels = apply_transform(self.transform, pixels, rng)
+        return pixels
 
     def __getitem__(self, item: Item) -> Decoded:
         epoch, key, ahead, size = item
         if ahead:
             self.dataset.read_ahead(list(ahead))
         index = record_of(key, len(self.dataset))
-        (pixels, label), served, bad = serve_or_substitute(
+        (pixels, label, rng), served, bad = serve_or_substitute(
             lambda i: self._decode(epoch, i, size, key if i == index else i), self.dataset, index, seed=self.seed,
             epoch=epoch, skip=self.skip)
+        if self.train:
+            pixels = self._augment(pixels, size, rng)
         return pixels, label, served, bad
 
 

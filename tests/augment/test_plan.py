@@ -75,6 +75,8 @@ def test_trivial_augment_wide_draws_one_op_of_31_bins():
     assert bits == {2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0}
     rotations = [abs(v) for p in plans for k, v in p.ops if KINDS[int(k)] == "rotate"]
     assert max(rotations) <= 135 and min(rotations) == 0
+    shifts = {v for p in plans for k, v in p.ops if KINDS[int(k)] in ("translate_x", "translate_y")}
+    assert all(v == int(v) for v in shifts) and max(shifts) == 32  # torchvision: int(magnitude) pixels
     assert fill_color(PRESETS["tv-v2"]) == (0, 0, 0) and fill_color(PRESETS["deit"]) == (124, 116, 104)
 
 
@@ -85,6 +87,8 @@ def test_autoaugment_policies_apply_their_sub_policies():
                      "contrast", "sharpness", "shear_x"} and {"equalize", "rotate", "posterize"} <= found
     bits = {v for p in plans for k, v in p.ops if KINDS[int(k)] == "posterize"}
     assert bits <= {6.0, 7.0}  # PosterizeOriginal at magnitudes 5..8: int(m * 0.4) + 4
+    research = [plan_sample(Recipe(auto_augment="originalr"), 0, 0, i, 224, 500, 375) for i in range(2000)]
+    assert {v for p in research for k, v in p.ops if KINDS[int(k)] == "posterize"} <= {1.0, 2.0}  # 4 - int(m * 0.4)
 
 
 def test_colour_jitter_in_a_random_order_and_off_under_auto_augment():
@@ -109,6 +113,8 @@ def test_erase_plans_follow_timm_random_erasing():
         assert 0.015 * 224 * 224 <= h * w <= 0.34 * 224 * 224
     assert plans == [plan_erase(recipe, 0, 0, i, 224) for i in range(2000)]
     assert plan_erase(Recipe(), 0, 0, 5, 224) == ((), 0)
+    counts = collections.Counter(len(plan_erase(Recipe(re_prob=1.0, re_count=3), 0, 0, i, 224)[0]) for i in range(600))
+    assert set(counts) == {1, 2, 3} and min(counts.values()) > 150  # timm: randint(1, re_count) boxes
 
 
 def test_ops_row_is_fixed_width():
@@ -135,7 +141,10 @@ def test_auto_augment_grammar():
 
 @pytest.mark.parametrize("fields,message", [
     (dict(scale=(0.5, 0.1)), "scale must satisfy"), (dict(interpolation="lanczos"), "interpolation must be one of"),
-    (dict(hflip=1.5), "hflip is a probability"), (dict(re_mode="noise"), "re_mode must be one of"),
+    (dict(hflip=1.5), "hflip must be a probability"), (dict(hflip="0.5"), "hflip must be a probability"),
+    (dict(re_count=1.5), "re_count must be an int >= 1"), (dict(aug_repeats=0), "aug_repeats must be an int"),
+    (dict(mean=0.5), "mean must be 3 numbers"), (dict(std=(0.2, 0.2, 0)), "std must be > 0"),
+    (dict(crop_pct="1"), "crop_pct must be a number"), (dict(auto_augment="rand-m9-n5"), "n must be within 1..4"), (dict(re_mode="noise"), "re_mode must be one of"),
     (dict(color_jitter=(0.4, 0.4, 0.4, 0.1)), "hue jitter is not supported"), (dict(crop_pct=0), "crop_pct"),
     (dict(mix_mode="pair"), "'pair' is not supported"),
 ])

@@ -27,6 +27,30 @@ def same(a, b) -> bool:
     return len(a) == len(b) and all(torch.equal(x, y) for p, q in zip(a, b) for x, y in zip(p, q))
 
 
+# sha256 of every batch of epoch 1 (seed 3, 32 px, batch 4) over the clean fixture folder, taken with
+# the code before recipes existed (commit 3dd6859): pixels recovered from the normalized floats
+HISTORICAL = {"train": "33d8f0018a6b9dc36aacfb3a55985342075486945f124c5276bb271cca9a05ad",
+              "val": "9b8513fccce35f3c73c843919bb2ab22515bfb845de598f70f7f6758b9ec3dd8"}
+
+
+@pytest.mark.parametrize("backend", ["threads", "dataloader"])
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_the_default_recipe_serves_exactly_the_batches_served_before_recipes(clean_folder, backend, split):
+    import hashlib
+
+    mean = torch.tensor((0.485, 0.456, 0.406)).view(1, 3, 1, 1) * 255
+    std = torch.tensor((0.229, 0.224, 0.225)).view(1, 3, 1, 1) * 255
+    loader = make_loader(clean_folder, split=split, backend=backend, batch_size=4, image_size=32, seed=3,
+                         num_workers=1, train=split == "train")
+    loader.set_epoch(1)
+    digest = hashlib.sha256()
+    for images, labels, indices in loader:
+        pixels = (images * std + mean).round().clamp(0, 255).to(torch.uint8)
+        for part in (pixels, labels, indices):
+            digest.update(part.numpy().tobytes())
+    assert digest.hexdigest() == HISTORICAL[split]
+
+
 def test_the_default_recipe_serves_the_historical_pixels(packed_lmdb):
     """Recipe() = the loader's view before recipes existed: decode_view without a recipe, normalized."""
     loader = make_loader(packed_lmdb, backend="threads", dtype=torch.uint8, **SMALL)
@@ -90,6 +114,19 @@ def test_progressive_resizing_changes_the_size_at_the_epoch_boundary_only(packed
     assert loader.state_dict()["image_size"] == 48
 
 
+def test_a_resume_mid_epoch_at_another_image_size_is_refused(packed_lmdb):
+    loader = make_loader(packed_lmdb, backend="threads", **SMALL)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    del it
+    with pytest.raises(ValueError, match="served at image_size 32, this loader serves it at 48"):
+        make_loader(packed_lmdb, backend="threads", **{**SMALL, "image_size": 48}).load_state_dict(state)
+    epoch_end = make_loader(packed_lmdb, backend="threads", **SMALL)
+    epoch_batches(epoch_end, 0)
+    make_loader(packed_lmdb, backend="threads", **{**SMALL, "image_size": 48}).load_state_dict(epoch_end.state_dict())
+
+
 def test_a_size_schedule_per_epoch(packed_lmdb):
     ramp = SizeRamp(16, 48, start_epoch=1, end_epoch=3, step=16)
     assert [ramp(e) for e in range(5)] == [16, 16, 32, 48, 48]
@@ -115,7 +152,7 @@ def test_recipe_keywords_and_their_errors(packed_lmdb):
     assert loader.recipe.auto_augment == "rand-m9-mstd0.5-inc1" and not loader.recipe.mixes
     with pytest.raises(ValueError, match="recipe must be a datapipe.Recipe or one of"):
         make_loader(packed_lmdb, recipe="deit3")
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['re_probability'\].*Recipe fields .*'re_prob'"):
         make_loader(packed_lmdb, re_probability=0.5)
 
 
@@ -191,10 +228,22 @@ def test_an_opaque_transform_is_refused_where_it_cannot_be_made_deterministic(pa
 
 
 def test_a_transform_that_changes_the_image_shape_is_named(packed_lmdb):
-    loader = make_loader(packed_lmdb, backend="dataloader", transform=lambda im: im[:, :8], on_error="raise",
-                         **{**SMALL, "num_workers": 0})
-    with pytest.raises(RuntimeError, match=r"record \d+ .*must return a uint8 tensor of shape \(3, 32, 32\)"):
+    loader = make_loader(packed_lmdb, backend="dataloader", transform=lambda im: im[:, :8], **{**SMALL, "num_workers": 0})
+    with pytest.raises(ValueError, match=r"must return a uint8 tensor of shape \(3, 32, 32\)"):
         next(iter(loader))
+
+
+def broken(image: torch.Tensor) -> torch.Tensor:
+    raise RuntimeError("my transform bug")
+
+
+@pytest.mark.parametrize("backend", ["dataloader", "prefetch"])
+def test_an_error_in_the_transform_is_raised_not_served_around_as_a_bad_record(packed_lmdb, backend):
+    """on_error="skip" is for bad data: a failing transform is a bug, and no record is substituted."""
+    loader = make_loader(packed_lmdb, backend=backend, transform=broken, on_error="skip", max_bad_fraction=1.0, **SMALL)
+    with pytest.raises(RuntimeError, match="my transform bug"):
+        next(iter(loader))
+    assert loader.skipped == []
 
 
 def test_repeated_augmentation_serves_each_record_in_a_row_with_its_own_augmentation(packed_lmdb):

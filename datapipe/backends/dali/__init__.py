@@ -33,7 +33,7 @@ from .handoff import Handoff
 from .source import EpochTable, PlannedSource, ViewSettings
 
 log = logging.getLogger(__name__)
-OUTPUT_TYPES = {torch.float16: "float16", torch.uint8: "uint8"}  # the pipeline's image dtype; float32 otherwise
+PIPELINE_OUTPUT = {torch.float16: "float16", torch.uint8: "uint8"}  # the pipeline's image dtype; float32 otherwise
 
 
 def pip_hint(cuda: str | None = None) -> str:
@@ -145,7 +145,7 @@ class DaliLoader(Loader):
         self._pipe = build_pipeline(
             self.source, batch_size=self.plan.batch_size, threads=self.threads, py_workers=self.py_workers,
             device_id=self.device.index if cuda else None, start_method=self.start_method, seed=seed,
-            channels_last=self.options.channels_last, output=OUTPUT_TYPES.get(self.options.dtype, "float32"),
+            channels_last=self.options.channels_last, output=PIPELINE_OUTPUT.get(self.options.dtype, "float32"),
             recipe=self.options.recipe, hw_decoder_load=self.hw_decoder_load,
             preallocate=self.options.train)
         self._pipe.build()

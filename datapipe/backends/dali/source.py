@@ -152,21 +152,27 @@ class PlannedSource:
         return self._cached[1]
 
     def prepare(self, epoch: int, index: int, size: int | None = None, key: int | None = None) -> Prepared:
-        """Read record `index` and plan its view and ops (one rng, the planner's draw order: the view,
-        then the ops, as every backend), seeded by `key` (the record, or its repeat's key under
-        repeated augmentation: sharding.epoch_order); raises for a record that cannot be used."""
-        key = index if key is None else key
+        """Record `index`'s encoded bytes, label and view columns, its planned ops with them where the
+        graph applies ops: the planner's draw order (the view, then the ops, from one rng seeded by
+        `key`: the record, or its repeat's key under repeated augmentation, sharding.epoch_order)."""
+        data, label, view, rng = self._read(epoch, index, size or self.settings.image_size, key)
+        return data, label, view + self._ops(rng, size or self.settings.image_size)
+
+    def _read(self, epoch: int, index: int, size: int, key: int | None) -> tuple[np.ndarray, int, tuple, Any]:
+        """The part a bad record can fail (read, structure check, header, view), and the rng the plan
+        continues from; raises for a record that cannot be used."""
         sample = self.dataset[index]
         s = self.settings
         if s.check_files:
             check_structure(sample.data)
-        size = size or s.image_size
-        rng = sample_rng(s.seed, epoch, key)
+        rng = sample_rng(s.seed, epoch, index if key is None else key)
         geometry = view_geometry(sample.data, size, train=s.train, rng=rng, recipe=s.recipe)
-        view = view_outputs(geometry, size)
-        if self.sends_ops:  # drawn right after the view, from the same rng (the planner's order)
-            view += op_outputs(plan_ops(s.recipe, size, rng), size)
-        return np.frombuffer(sample.data, dtype=np.uint8), sample.label, view
+        return np.frombuffer(sample.data, dtype=np.uint8), sample.label, view_outputs(geometry, size), rng
+
+    def _ops(self, rng, size: int) -> tuple[np.ndarray, ...]:
+        """The planned ops' columns, drawn right after the view from the same rng; none where the graph
+        applies no ops. Outside the bad-record policy: an error here is a bug, never served around."""
+        return op_outputs(plan_ops(self.settings.recipe, size, rng), size) if self.sends_ops else ()
 
     def problem(self, epoch: int, index: int) -> str | None:
         """Why record `index` cannot be used, or None (the parent uses this to report a skip)."""
@@ -188,10 +194,10 @@ class PlannedSource:
         columns: tuple[list[np.ndarray], ...] = tuple([] for _ in self.outputs)
         for key in batches[batch_info.iteration]:
             index = record_of(int(key), len(self.dataset))
-            (data, label, view), served, bad = serve_or_substitute(
-                lambda i: self.prepare(epoch, i, size, int(key) if i == index else i), self.dataset, index,
+            (data, label, view, rng), served, bad = serve_or_substitute(
+                lambda i: self._read(epoch, i, size, int(key) if i == index else i), self.dataset, index,
                 seed=self.settings.seed, epoch=epoch, skip=self.settings.skip_errors)
-            values = (data, np.array(label, np.int64), np.array(served, np.int64), *view,
+            values = (data, np.array(label, np.int64), np.array(served, np.int64), *view, *self._ops(rng, size),
                       np.array(-1 if bad is None else bad.index, np.int64))
             for column, value in zip(columns, values):
                 column.append(value)
