@@ -53,8 +53,9 @@ def epoch_order(size: int, *, seed: int, epoch: int, shuffle: bool, repeats: int
     order = np.random.default_rng([seed, epoch]).permutation(size).astype(np.int64)
     if repeats == 1:
         return order
-    copies = np.repeat(order, repeats)[:size] + np.tile(np.arange(repeats, dtype=np.int64), size)[:size] * size
-    return copies
+    held = -(-size // repeats)  # the records this epoch holds: the first of the permutation
+    copy = np.tile(np.arange(repeats, dtype=np.int64), held)[:size]
+    return np.repeat(order[:held], repeats)[:size] + copy * size  # O(size) memory, not O(size x repeats)
 
 
 def record_of(key: int, size: int) -> int:
