@@ -2,26 +2,18 @@
 RandomErasing, on the normalized images), mixup / cutmix (timm's Mixup, batch or elem mode, the
 partner of sample i is sample N-1-i) and label smoothing (soft targets N x classes).
 
-Seeded, never from a global generator: erasing by (seed, epoch, record) through the planner
-(datapipe.augment.plan.plan_erase), mixing by (seed, epoch, the batch's position in the epoch, rank),
-so a resumed epoch gets exactly the uninterrupted run's batches and targets."""
+Every random draw comes from the planner (datapipe.augment.plan): erasing by (seed, epoch, record),
+mixing by (seed, epoch, the batch's position in the epoch, rank), so a resumed epoch gets exactly the
+uninterrupted run's batches and targets. This module only applies them."""
 from __future__ import annotations
 
-import zlib
 from typing import Any
 
 import numpy as np
 import torch
 
-from .plan import plan_erase
+from .plan import MixPlan, plan_erase, plan_mix
 from .recipe import Recipe
-
-
-def position_key(position: Any) -> int:
-    """A stable integer for a plan position (an int, or the shard-wise plan's segments)."""
-    if isinstance(position, int):
-        return position
-    return zlib.crc32(repr(position).encode())
 
 
 class BatchStage:
@@ -54,8 +46,8 @@ class BatchStage:
             return images, labels
         lam = torch.ones(len(labels))
         if r.mixes and len(labels):
-            rng = np.random.default_rng([self.seed, epoch, position_key(position), rank, 0x4D4958])
-            images, lam = (self._mix_batch if r.mix_mode == "batch" else self._mix_elem)(images, rng)
+            mix = plan_mix(r, self.seed, epoch, position, rank, len(labels), *images.shape[-2:])
+            images, lam = (self._mix_batch if r.mix_mode == "batch" else self._mix_elem)(images, mix)
         return images, self.targets(labels, lam.to(labels.device))
 
     def targets(self, labels: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
@@ -89,32 +81,7 @@ class BatchStage:
                 images[k, :, top:top + h, left:left + w] = patch.to(images.device, images.dtype)
         return images
 
-    # -- mixing --------------------------------------------------------------------------------
-    def _draw(self, rng: np.random.Generator, count: int | None) -> tuple[np.ndarray, np.ndarray]:
-        """timm's _params_per_batch / _params_per_elem: (lambdas, use cutmix) for one or `count` draws."""
-        r, n = self.recipe, count or 1
-        use_cutmix = np.zeros(n, dtype=bool)
-        if r.mixup_alpha > 0 and r.cutmix_alpha > 0:
-            use_cutmix = rng.random(n) < r.switch_prob
-            lam = np.where(use_cutmix, rng.beta(r.cutmix_alpha, r.cutmix_alpha, n), rng.beta(r.mixup_alpha, r.mixup_alpha, n))
-        elif r.mixup_alpha > 0:
-            lam = rng.beta(r.mixup_alpha, r.mixup_alpha, n)
-        else:
-            use_cutmix[:] = True
-            lam = rng.beta(r.cutmix_alpha, r.cutmix_alpha, n)
-        mixed = rng.random(n) < r.mixup_prob
-        return np.where(mixed, lam, 1.0).astype(np.float32), use_cutmix & mixed
-
-    @staticmethod
-    def _cut_box(rng: np.random.Generator, lam: float, h: int, w: int) -> tuple[int, int, int, int, float]:
-        """timm's rand_bbox + lam correction: (top, bottom, left, right, the lam of the area kept)."""
-        ratio = np.sqrt(1 - lam)
-        cut_h, cut_w = int(h * ratio), int(w * ratio)
-        cy, cx = int(rng.integers(0, h)), int(rng.integers(0, w))
-        top, bottom = int(np.clip(cy - cut_h // 2, 0, h)), int(np.clip(cy + cut_h // 2, 0, h))
-        left, right = int(np.clip(cx - cut_w // 2, 0, w)), int(np.clip(cx + cut_w // 2, 0, w))
-        return top, bottom, left, right, 1.0 - (bottom - top) * (right - left) / float(h * w)
-
+    # -- mixing: the planned lams and boxes applied -------------------------------------------
     @staticmethod
     def _blend_pair(a: torch.Tensor, b: torch.Tensor, lam: float) -> None:
         """a, b <- lam a + (1 - lam) b, lam b + (1 - lam) a, in place (uint8: rounded)."""
@@ -135,38 +102,32 @@ class BatchStage:
         a[:, top:bottom, left:right] = b[:, top:bottom, left:right]
         b[:, top:bottom, left:right] = kept
 
-    def _mix_batch(self, images: torch.Tensor, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """One lam for the batch; sample i mixed with N-1-i, pair by pair in place (no batch copy)."""
-        lams, cut = self._draw(rng, None)
-        lam, n = float(lams[0]), len(images)
+    def _mix_batch(self, images: torch.Tensor, mix: MixPlan) -> tuple[torch.Tensor, torch.Tensor]:
+        """One lam (and box) for the batch; sample i mixed with N-1-i, pair by pair in place (no batch copy)."""
+        n, lam, box = len(images), float(mix.lams[0]), mix.boxes[0]
         if lam == 1.0:
             return images, torch.ones(n)
-        if cut[0]:
-            *box, lam = self._cut_box(rng, lam, *images.shape[-2:])
         for i in range(n // 2):
-            if cut[0]:
-                self._swap_box(images[i], images[n - 1 - i], tuple(box))
+            if box is not None:
+                self._swap_box(images[i], images[n - 1 - i], box)
             else:
                 self._blend_pair(images[i], images[n - 1 - i], lam)
-        return images, torch.full((n,), lam)
+        return images, torch.from_numpy(mix.lams.copy())
 
-    def _mix_elem(self, images: torch.Tensor, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    def _mix_elem(self, images: torch.Tensor, mix: MixPlan) -> tuple[torch.Tensor, torch.Tensor]:
         """timm's elem mode: a lam (and mixup or cutmix) per sample, each mixed with its partner's
         original pixels."""
         n = len(images)
-        lams, cut = self._draw(rng, n)
         original, mixed = images, images.clone()
-        out = torch.ones(n)
         for i in range(n):
-            j, lam = n - 1 - i, float(lams[i])
+            j, lam, box = n - 1 - i, float(mix.lams[i]), mix.boxes[i]
             if lam == 1.0:
                 continue
-            if cut[i]:
-                top, bottom, left, right, lam = self._cut_box(rng, lam, *images.shape[-2:])
+            if box is not None:
+                top, bottom, left, right = box
                 mixed[i, :, top:bottom, left:right] = original[j, :, top:bottom, left:right]
             elif images.dtype == torch.uint8:
                 mixed[i] = torch.lerp(original[i].float(), original[j].float(), 1 - lam).round_()
             else:
                 mixed[i] = torch.lerp(original[i], original[j], 1 - lam)
-            out[i] = lam
-        return mixed, out
+        return mixed, torch.from_numpy(mix.lams.copy())

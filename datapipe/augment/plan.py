@@ -7,15 +7,20 @@ grayscale). Erasing boxes are planned apart (plan_erase): they depend on the out
 the batch stage plans them from a batch's record indices. Every backend applies these plans, so a
 record gets the same augmentation whichever backend serves it; no backend draws its own numbers.
 
-Pure and stdlib-only (random.Random streams keyed by (seed, epoch, record)), so DALI's source
-workers and the CPU backends share it. Draw order (fixed, so the default recipe's crops equal the
+Mixup and cutmix are planned per batch (plan_mix): a lam and box per sample, keyed by (seed, epoch,
+the batch's position in the epoch, rank). Pure (random.Random streams keyed by (seed, epoch, record);
+NumPy's generator for the mixing's Beta draws), so DALI's source workers and the CPU backends share it. Draw order (fixed, so the default recipe's crops equal the
 loader's historical ones): crop, hflip, [interpolation], [vflip], auto-augment, [jitter], [grayscale].
 """
 from __future__ import annotations
 
 import math
 import random
+import zlib
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from ..geometry import Crop, plan_view, sample_rng
 from .ops import ENHANCE, KIND_ID, POLICIES, RAND_INCREASING_OPS, RAND_OPS, TIMM_OPS, TRIVIAL_BINS, TRIVIAL_OPS
@@ -167,3 +172,58 @@ def plan_erase(recipe: Recipe, seed: int, epoch: int, index: int, size: int) -> 
                 boxes.append((rng.randint(0, size - h), rng.randint(0, size - w), h, w))
                 break
     return tuple(boxes), rng.getrandbits(63)
+
+
+def position_key(position: Any) -> int:
+    """A stable integer for a plan position (an int, or the shard-wise plan's segments)."""
+    if isinstance(position, int):
+        return position
+    return zlib.crc32(repr(position).encode())
+
+
+@dataclass(frozen=True)
+class MixPlan:
+    """A batch's mixing: per sample its lam (1: unmixed) and, for cutmix, the box (top, bottom, left,
+    right) taken from its partner N-1-i; in batch mode every sample has the same."""
+
+    lams: np.ndarray
+    boxes: tuple[tuple[int, int, int, int] | None, ...]
+
+
+def plan_mix(recipe: Recipe, seed: int, epoch: int, position: Any, rank: int, count: int, height: int,
+             width: int) -> MixPlan:
+    """timm's Mixup draws for a batch of `count` height x width images: batch mode (_params_per_batch,
+    one lam, cutmix with switch_prob) or elem mode (_params_per_elem); cutmix boxes by rand_bbox with
+    the lam corrected to the box's area."""
+    rng = np.random.default_rng([seed, epoch, position_key(position), rank, 0x4D4958])
+    draws = 1 if recipe.mix_mode == "batch" else count
+    use_cutmix = np.zeros(draws, dtype=bool)
+    if recipe.mixup_alpha > 0 and recipe.cutmix_alpha > 0:
+        use_cutmix = rng.random(draws) < recipe.switch_prob
+        lam = np.where(use_cutmix, rng.beta(recipe.cutmix_alpha, recipe.cutmix_alpha, draws),
+                       rng.beta(recipe.mixup_alpha, recipe.mixup_alpha, draws))
+    elif recipe.mixup_alpha > 0:
+        lam = rng.beta(recipe.mixup_alpha, recipe.mixup_alpha, draws)
+    else:
+        use_cutmix[:] = True
+        lam = rng.beta(recipe.cutmix_alpha, recipe.cutmix_alpha, draws)
+    mixed = rng.random(draws) < recipe.mixup_prob
+    lams, cut = np.where(mixed, lam, 1.0).astype(np.float32), use_cutmix & mixed
+    boxes: list[tuple[int, int, int, int] | None] = [None] * draws
+    for i in range(draws):
+        if cut[i] and lams[i] != 1.0:
+            *box, lams[i] = _cut_box(rng, float(lams[i]), height, width)
+            boxes[i] = tuple(box)  # type: ignore[assignment]
+    if draws == 1:
+        return MixPlan(np.full(count, lams[0], dtype=np.float32), tuple(boxes * count))
+    return MixPlan(lams, tuple(boxes))
+
+
+def _cut_box(rng: np.random.Generator, lam: float, h: int, w: int) -> tuple[int, int, int, int, float]:
+    """timm's rand_bbox + lam correction: (top, bottom, left, right, the lam of the area kept)."""
+    ratio = np.sqrt(1 - lam)
+    cut_h, cut_w = int(h * ratio), int(w * ratio)
+    cy, cx = int(rng.integers(0, h)), int(rng.integers(0, w))
+    top, bottom = int(np.clip(cy - cut_h // 2, 0, h)), int(np.clip(cy + cut_h // 2, 0, h))
+    left, right = int(np.clip(cx - cut_w // 2, 0, w)), int(np.clip(cx + cut_w // 2, 0, w))
+    return top, bottom, left, right, 1.0 - (bottom - top) * (right - left) / float(h * w)
