@@ -163,3 +163,21 @@ def test_presets_and_overrides():
         resolve_recipe("deit", re_probability=0.1)
     for recipe in PRESETS.values():
         assert Recipe.from_dict(recipe.to_dict()) == recipe
+
+
+def test_mix_plans_follow_timm_mixup_rates():
+    """mixup_prob of batches mixed; among them switch_prob cutmix (a box, lam = the area kept)."""
+    from datapipe.augment.plan import plan_mix
+
+    recipe = Recipe(mixup_alpha=0.8, cutmix_alpha=1.0, mixup_prob=0.6, switch_prob=0.25)
+    plans = [plan_mix(recipe, 0, 0, 64 * k, 0, 8, 32, 32) for k in range(2000)]
+    mixed = [p for p in plans if p.lams[0] != 1.0]
+    cut = [p for p in mixed if p.boxes[0] is not None]
+    assert 0.55 < len(mixed) / 2000 < 0.65 and 0.2 < len(cut) / len(mixed) < 0.3
+    for p in cut:
+        top, bottom, left, right = p.boxes[0]
+        assert abs(p.lams[0] - (1 - (bottom - top) * (right - left) / 1024)) < 1e-6
+        assert len(set(p.boxes)) == 1 and len(set(p.lams.tolist())) == 1  # batch mode: one for all
+    elem = plan_mix(Recipe(mixup_alpha=1.0, mix_mode="elem"), 0, 0, 0, 0, 8, 32, 32)
+    assert len(set(elem.lams.tolist())) == 8
+    assert [plan_mix(recipe, 0, 0, 64 * k, 1, 8, 32, 32).lams[0] for k in range(20)] != [p.lams[0] for p in plans[:20]]
