@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from ..augment.recipe import Recipe, resolve_recipe
 from ..augment.custom import check_transform
+from ..augment.recipe import Recipe, resolve_recipe
 from ..augment.resolution import size_schedule
 from ..formats import open_dataset
 from ..formats.base import Dataset

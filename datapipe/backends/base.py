@@ -189,8 +189,9 @@ class Loader(abc.ABC):
 
     def _batch_stage(self, batch: Batch, keys=None) -> Batch:
         """Erasing, mixup/cutmix and soft targets, seeded by the batch's position in the epoch."""
-        images, labels = self.stage(batch.images, batch.labels, batch.indices if keys is None else torch.as_tensor(keys),
-                                    epoch=self.epoch, position=self.position, rank=self.shard.rank)
+        keys = batch.indices if keys is None else torch.as_tensor(keys)
+        images, labels = self.stage(batch.images, batch.labels, keys, epoch=self.epoch, position=self.position,
+                                    rank=self.shard.rank)
         return Batch(images, labels, batch.indices)
 
     def _worker_died(self, exc: Exception) -> WorkerDied | None:

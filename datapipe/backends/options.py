@@ -62,7 +62,6 @@ class LoaderOptions:
             raise ValueError(f"dtype must be torch.float32, float16, bfloat16 or uint8 (un-normalized), got {self.dtype}")
         if not isinstance(self.recipe, Recipe):
             raise ValueError(f"recipe must be a datapipe.Recipe (make_loader also takes a preset name), got {self.recipe!r}")
-
         if not 0 <= self.max_bad_fraction <= 1:
             raise ValueError(f"max_bad_fraction must be within 0..1, got {self.max_bad_fraction}")
         if self.start_method is not None and self.start_method not in START_METHODS:
