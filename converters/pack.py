@@ -30,6 +30,7 @@ from datapipe.storage import RemoteStore, is_url, redact
 from .engines import ENGINES, Engine, make_engine
 from .errors import ConvertError, StrictStop
 from .inputs import open_input, reading
+from .lock import writer_lock
 from .plan import Plan, Task, make_plan
 from .sharded import ShardedResult, write_shards
 from .shards import ShardContext
@@ -256,6 +257,12 @@ def convert_local(src: str | Path, dst: Path, options: ConvertOptions, engine: E
     """Pack `src` into the local path `dst` (converters.convert.convert picks this for a local `dst`)."""
     src = str(src) if is_url(src) else Path(src)
     spec = format_for(dst, options.format)
+    with writer_lock(dst):  # one writer per output: before the staging folder is looked at or removed
+        return _convert_locked(src, dst, spec, options, engine)
+
+
+def _convert_locked(src: str | Path, dst: Path, spec: FormatSpec, options: ConvertOptions,
+                    engine: Engine | None) -> ConvertReport:
     staging = staging_path(dst)
     _check_destination(src, dst, staging, options)
     plan, options = prepare(src, spec, options)

@@ -1,0 +1,98 @@
+"""One writer per output (#34): a second conversion to a path another live conversion holds is refused
+in one line naming the holder, and never removes the holder's staging folder; a dead holder's lock
+is taken over; another host's lock counts while it is fresh."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from converters import ConvertOptions, convert
+from converters.errors import ConvertError
+from converters.lock import STALE_S, lock_path, writer_lock
+from datapipe import open_dataset
+from datapipe.formats import staging_path
+from tests.conftest import IMAGEFOLDER
+
+QUIET = dict(workers=1, progress=False)
+HOLD = """
+import sys
+from pathlib import Path
+from converters.lock import writer_lock
+with writer_lock(Path(sys.argv[1])):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def holder(tmp_path):
+    """A real second process holding the lock of tmp_path/out.lmdb, with a staging folder of its own."""
+    dst = tmp_path / "out.lmdb"
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(dst)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        staging = staging_path(dst)
+        staging.mkdir()
+        (staging / "data.mdb").write_bytes(b"the holder's work")
+        yield dst, proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_a_second_conversion_is_refused_naming_the_holder_and_leaves_its_staging(holder):
+    dst, proc = holder
+    for options in (ConvertOptions(**QUIET), ConvertOptions(overwrite=True, **QUIET), ConvertOptions(resume=True, **QUIET)):
+        with pytest.raises(ConvertError, match=rf"another conversion to .*out.lmdb is running \(host .*, pid {proc.pid}, "):
+            convert(IMAGEFOLDER, dst, options)
+    assert (staging_path(dst) / "data.mdb").read_bytes() == b"the holder's work"
+    assert not dst.exists()
+
+
+def test_the_cli_refusal_is_one_line(holder):
+    dst, proc = holder
+    done = subprocess.run([sys.executable, "-m", "datapipe", "convert", str(IMAGEFOLDER), str(dst), "--overwrite"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and f"pid {proc.pid}" in done.stderr, done.stderr
+
+
+def test_a_killed_holders_lock_is_taken_over(holder, caplog):
+    dst, proc = holder
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    report = convert(IMAGEFOLDER, dst, ConvertOptions(overwrite=True, **QUIET))
+    assert report.splits["train"].samples == len(open_dataset(dst, "train"))
+    assert "taking over the lock" in caplog.text and not lock_path(dst).exists()
+
+
+@pytest.mark.parametrize("age,refused", [(60, True), (STALE_S + 60, False)])
+def test_another_hosts_lock_counts_while_it_is_fresh(tmp_path, age, refused):
+    dst = tmp_path / "out.lmdb"
+    lock = lock_path(dst)
+    lock.write_text(json.dumps({"host": "node-b", "pid": 4242, "since": "2026-11-25T10:00:00+00:00"}))
+    os.utime(lock, (time.time() - age, time.time() - age))
+    if refused:
+        with pytest.raises(ConvertError, match=r"host node-b, pid 4242"):
+            convert(IMAGEFOLDER, dst, ConvertOptions(**QUIET))
+    else:
+        convert(IMAGEFOLDER, dst, ConvertOptions(**QUIET))
+        assert dst.exists()
+
+
+def test_the_lock_is_released_after_a_conversion_and_can_be_held_again(tmp_path):
+    dst = tmp_path / "out.lmdb"
+    convert(IMAGEFOLDER, dst, ConvertOptions(**QUIET))
+    assert not lock_path(dst).exists()
+    with writer_lock(dst) as mine:
+        assert json.loads(lock_path(dst).read_text())["pid"] == mine["pid"] == os.getpid()
+        with pytest.raises(ConvertError, match="another conversion"):  # a second holder in this process too
+            with writer_lock(dst):
+                pass
+    assert not lock_path(dst).exists()
