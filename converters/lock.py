@@ -29,6 +29,19 @@ LOCK_SUFFIX = ".lock"
 HEARTBEAT_S = 30.0  # the holder touches its lock this often
 STALE_S = 600.0  # another host's lock untouched this long is taken for dead
 log = logging.getLogger(__name__)
+_held: set[int] = set()  # descriptors of the locks this process holds
+
+
+def _close_in_child() -> None:
+    """A forked child (a conversion's worker) does not hold its parent's lock: the flock belongs to
+    the open file, which the child would otherwise keep open after the parent died."""
+    for fd in list(_held):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
 
 
 def lock_path(dst: Path) -> Path:
@@ -101,6 +114,7 @@ def writer_lock(dst: Path, *, host: str | None = None) -> Iterator[dict]:
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(mine).encode(), 0)
         os.fsync(fd)
+        _held.add(fd)
         beat = _Heartbeat(path)
         beat.start()
         try:
@@ -110,4 +124,5 @@ def writer_lock(dst: Path, *, host: str | None = None) -> Iterator[dict]:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()  # under our flock: a waiter that opened the old file re-opens (_open_locked)
     finally:
+        _held.discard(fd)
         os.close(fd)

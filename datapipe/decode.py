@@ -20,6 +20,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from .exif import EXIF_ORIENTATION
+from .geometry import AspectTooLarge, check_aspect
 from .headers import BadImageError, image_ext, jpeg_scan_start
 from .jpeg_markers import skeleton
 from .orientation import upright_size
@@ -131,6 +132,10 @@ def check_image(data: bytes, *, max_pixels: int | None = Image.MAX_IMAGE_PIXELS,
     if awkward not in AWKWARD:
         raise ValueError(f"awkward must be one of {AWKWARD}, got {awkward!r}")
     img = open_image(data, max_pixels)
+    try:
+        check_aspect(*upright_image_size(img))
+    except AspectTooLarge as exc:
+        raise BadImageError(f"unusable shape: {exc}") from None
     try:
         if resize_max is not None:  # the re-encode decodes every byte: it is the validation too
             return _reencode(data, resize_max, quality)
