@@ -28,6 +28,7 @@ from .errors import ConvertError
 LOCK_SUFFIX = ".lock"
 HEARTBEAT_S = 30.0  # the holder touches its lock this often
 STALE_S = 600.0  # another host's lock untouched this long is taken for dead
+clock = time.time  # what "now" is when a lock's age is judged (tests inject their own)
 log = logging.getLogger(__name__)
 _held: set[int] = set()  # descriptors of the locks this process holds
 
@@ -82,7 +83,7 @@ def _live_elsewhere(holder: dict, path: Path, host: str) -> bool:
     """A holder on another host whose lock was touched in the last STALE_S."""
     if not holder or holder.get("host") == host:
         return False
-    return time.time() - path.stat().st_mtime < STALE_S
+    return clock() - path.stat().st_mtime < STALE_S
 
 
 class _Heartbeat(threading.Thread):

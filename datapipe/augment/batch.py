@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .plan import MixPlan, plan_erase, plan_mix
+from .plan import MixPlan, erase_noise, plan_erase, plan_mix
 from .recipe import Recipe
 
 
@@ -71,11 +71,11 @@ class BatchStage:
             boxes, noise_seed = plan_erase(self.recipe, self.seed, epoch, int(index), size)
             if not boxes:
                 continue
-            generator = np.random.default_rng(noise_seed)
-            for top, left, h, w in boxes:
-                shape = {"pixel": (3, h, w), "rand": (3, 1, 1), "const": None}[self.recipe.re_mode]
-                patch = torch.zeros(3, 1, 1) if shape is None else torch.from_numpy(
-                    generator.standard_normal(shape, dtype=np.float32))
+            mode = self.recipe.re_mode
+            shapes = [(3, h, w) if mode == "pixel" else (3, 1, 1) for _, _, h, w in boxes]
+            noises = erase_noise(noise_seed, shapes) if mode != "const" else [np.zeros(s, np.float32) for s in shapes]
+            for (top, left, h, w), noise in zip(boxes, noises):
+                patch = torch.from_numpy(noise)
                 if not self.normalized:  # uint8 output: the same values, un-normalized
                     patch = ((patch * std + mean) * 255).round_().clamp_(0, 255)
                 images[k, :, top:top + h, left:left + w] = patch.to(images.device, images.dtype)

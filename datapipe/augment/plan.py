@@ -174,6 +174,13 @@ def plan_erase(recipe: Recipe, seed: int, epoch: int, index: int, size: int) -> 
     return tuple(boxes), rng.getrandbits(63)
 
 
+def erase_noise(noise_seed: int, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
+    """The normal float32 noise of a record's erased boxes ('rand': 3 x 1 x 1, 'pixel': 3 x h x w
+    each), in their plan's order from one stream keyed by the record's noise seed (plan_erase)."""
+    rng = np.random.default_rng(noise_seed)
+    return [rng.standard_normal(shape, dtype=np.float32) for shape in shapes]
+
+
 def position_key(position: Any) -> int:
     """A stable integer for a plan position (an int, or the shard-wise plan's segments)."""
     if isinstance(position, int):

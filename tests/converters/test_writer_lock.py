@@ -6,11 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+import converters.lock
 from converters import ConvertOptions, convert
 from converters.errors import ConvertError
 from converters.lock import STALE_S, lock_path, writer_lock
@@ -73,11 +73,14 @@ def test_a_killed_holders_lock_is_taken_over(holder, caplog):
 
 
 @pytest.mark.parametrize("age,refused", [(60, True), (STALE_S + 60, False)])
-def test_another_hosts_lock_counts_while_it_is_fresh(tmp_path, age, refused):
+def test_another_hosts_lock_counts_while_it_is_fresh(tmp_path, monkeypatch, age, refused):
+    """The lock's age is judged by an injected clock: mtime fixed, "now" = mtime + age."""
     dst = tmp_path / "out.lmdb"
     lock = lock_path(dst)
     lock.write_text(json.dumps({"host": "node-b", "pid": 4242, "since": "2026-11-25T10:00:00+00:00"}))
-    os.utime(lock, (time.time() - age, time.time() - age))
+    touched = 1_700_000_000
+    os.utime(lock, (touched, touched))
+    monkeypatch.setattr(converters.lock, "clock", lambda: touched + age)
     if refused:
         with pytest.raises(ConvertError, match=r"host node-b, pid 4242"):
             convert(IMAGEFOLDER, dst, ConvertOptions(**QUIET))
