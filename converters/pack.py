@@ -9,6 +9,7 @@ writer makes its data durable and then the progress file is replaced.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import time
@@ -34,7 +35,8 @@ from .lock import writer_lock
 from .plan import Plan, Task, make_plan
 from .sharded import ShardedResult, write_shards
 from .shards import ShardContext
-from .staging import Progress, mismatched_arguments, publish, remove
+from .sources import NONE, changed_files, file_fingerprint, name_some, read_stat, stat_key
+from .staging import Progress, SourceLog, mismatched_arguments, publish, remove
 from .targets import FolderTarget, Target
 from .workers import WorkerPool
 
@@ -131,39 +133,40 @@ def _init_worker(options: dict[str, Any]) -> None:
     _WORKER_OPTIONS.update(options)
 
 
-Result = tuple[bytes | tuple[int, ...] | None, str]
+Result = tuple[bytes | tuple[int, ...] | None, str, str]
 
 
-def _identity(fd: int) -> tuple[int, ...]:
-    st = os.fstat(fd)
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, *stat_key(st))
 
 
 def _prepare(job: tuple[str, str, int]) -> Result:
     """Read, check and digest one file in a worker: (the file's identity, record digest) when its
     original bytes are stored (the writer reads the file again from the page cache rather than
     receiving its bytes through a pipe: ~0.5 ms less per image, measured), (converted bytes, record
-    digest), or (None, the reason the file is bad)."""
+    digest), or (None, the reason the file is bad); and the file's fingerprint for --resume
+    (converters.sources: NONE when it could not be read)."""
     path, key, label = job
     try:
-        with reading(path), open_input(path) as fh:
-            raw = fh.read()
-            identity = _identity(fh.fileno())
-        data = check_image(raw, **_WORKER_OPTIONS).data
-        return identity if data is raw else data, record_digest(key, label, data)
+        raw, st = read_stat(path)
     except BadImageError as exc:
-        return None, str(exc)
+        return None, str(exc), NONE
+    try:
+        data = check_image(raw, **_WORKER_OPTIONS).data
+    except BadImageError as exc:
+        return None, str(exc), file_fingerprint(st, key, label, raw)
+    digest = record_digest(key, label, data)
+    return _identity(st) if data is raw else data, digest, file_fingerprint(st, key, label, raw, (data, digest))
 
 
 def _stored_bytes(task: Task, payload: bytes | tuple[int, ...]) -> bytes:
     """The bytes a worker validated: its converted bytes, or the file read again, which must still
-    be the file the worker read (device, inode, size and mtime, the check make and rsync rely on;
-    BadImageError otherwise). A change that keeps all four shows in `datapipe verify`: the record
-    digest is the worker's."""
+    be the file the worker read (device, inode, size, mtime and ctime; BadImageError otherwise).
+    Nothing in user space sets ctime, so a rewrite in between shows even when it keeps the mtime."""
     if isinstance(payload, bytes):
         return payload
     with reading(task.path), open_input(task.path) as fh:
-        if _identity(fh.fileno()) != payload:
+        if _identity(os.fstat(fh.fileno())) != payload:
             raise BadImageError("changed while it was being converted")
         return fh.read()
 
@@ -193,6 +196,7 @@ def _start(src: Path, dst: Path, options: ConvertOptions, spec: FormatSpec, plan
                                "pass the same options, or --overwrite to start over")
         if progress.fingerprint != plan.fingerprint:
             raise ConvertError(f"{src} changed since the interrupted conversion; --overwrite starts over")
+        _check_sources(plan, progress, staging)
         try:
             writer = spec.writer(staging, size_hint=plan.input_bytes, shard_bytes=options.shard_bytes)
             writer.restore(progress.writer, progress.counts())
@@ -206,6 +210,17 @@ def _start(src: Path, dst: Path, options: ConvertOptions, spec: FormatSpec, plan
     writer = spec.writer(staging, size_hint=plan.input_bytes, shard_bytes=options.shard_bytes)
     progress.save(staging)
     return writer, progress
+
+
+def _check_sources(plan: Plan, progress: Progress, staging: Path) -> None:
+    """Refuse to resume when a file the interrupted run packed was rewritten since (same name and
+    size: the plan still matches). LMDB and HDF5 records follow one another in plan order and each
+    split's digest chains them, so one record cannot be replaced; .wds builds the shard again."""
+    packed = itertools.islice(plan.tasks, progress.done)
+    changed = changed_files(packed, SourceLog.read(staging, progress.sources))
+    if changed:
+        raise ConvertError(f"{len(changed)} source file(s) changed since the interrupted conversion packed them "
+                           f"({name_some(changed)}); --overwrite converts again from the start")
 
 
 def _check_destination(src: str | Path, dst: Path, staging: Path, options: ConvertOptions) -> None:
@@ -272,7 +287,8 @@ def _convert_locked(src: str | Path, dst: Path, spec: FormatSpec, options: Conve
     writer, progress = _start(src, dst, options, spec, plan, staging)
     started = time.perf_counter()
     try:
-        processed = _write_all(plan, writer, progress, staging, options)
+        with contextlib.closing(SourceLog(staging, progress.sources)) as sources:
+            processed = _write_all(plan, writer, progress, sources, staging, options)
     except StrictStop:  # nothing worth resuming
         writer.abort()
         remove(staging)
@@ -303,8 +319,10 @@ def _convert_sharded(src: str | Path, dst: Path, staging: Path, plan: Plan, spec
     return ConvertReport(dst, spec.name, result.splits, result.seconds, result.processed)
 
 
-def _write_all(plan: Plan, writer: Any, progress: Progress, staging: Path, options: ConvertOptions) -> int:
-    """Validate and write every task after `progress.done`; checkpoint as it goes. Returns files processed."""
+def _write_all(plan: Plan, writer: Any, progress: Progress, sources: SourceLog, staging: Path,
+               options: ConvertOptions) -> int:
+    """Validate and write every task after `progress.done`, logging each file's fingerprint;
+    checkpoint as it goes. Returns files processed."""
     todo = plan.tasks[progress.done:]
     workers = options.workers or cpus_per_rank()
     bar = tqdm(total=len(plan.tasks), initial=progress.done, unit="img", disable=not options.progress,
@@ -312,7 +330,7 @@ def _write_all(plan: Plan, writer: Any, progress: Progress, staging: Path, optio
     megabytes, last, started = 0.0, 0.0, time.perf_counter()
     results = _results(todo, min(workers, max(1, len(todo))), options, staging)
     with bar, contextlib.closing(results):  # an error here stops the workers at once
-        for (payload, digest_or_reason), task in zip(results, todo):
+        for (payload, digest_or_reason, source), task in zip(results, todo):
             info = progress.splits[task.split]
             try:
                 data = None if payload is None else _stored_bytes(task, payload)
@@ -329,9 +347,11 @@ def _write_all(plan: Plan, writer: Any, progress: Progress, staging: Path, optio
                 writer.write(task.split, info.samples, record)
                 info.add(record)
                 megabytes += len(data) / 1e6
+            sources.add(source)
             progress.done += 1
             if progress.done % options.checkpoint_every == 0:
                 progress.writer = writer.checkpoint()
+                progress.sources = sources.sync()
                 progress.save(staging)
             bar.update()
             now = time.perf_counter()

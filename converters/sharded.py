@@ -28,6 +28,7 @@ from .engines import Engine
 from .errors import ConvertError
 from .plan import Plan, ShardJob, shard_jobs
 from .shards import ShardContext, ShardRecords
+from .sources import changed_files, name_some
 from .staging import mismatched_arguments
 from .targets import LIST_SUFFIX, Target
 
@@ -44,7 +45,9 @@ class ShardedResult:
 def finished_shards(target: Target, jobs: list[ShardJob], plan: Plan,
                     arguments: dict[str, Any]) -> Iterator[ShardRecords]:
     """The shards an interrupted run committed whole, in shard order: a record list made by this plan
-    with these options, and its shard files present at their recorded sizes. Others are built again."""
+    with these options, its shard files present at their recorded sizes, and none of its input files
+    rewritten since (converters.sources). Others are built again: a shard is written whole, so one
+    built again holds the new bytes and nothing of the old."""
     listing = target.listing()
     for job in jobs:
         name = job.name + LIST_SUFFIX
@@ -61,8 +64,14 @@ def finished_shards(target: Target, jobs: list[ShardJob], plan: Plan,
                                "pass the same options, or --overwrite to start over")
         if records.plan != plan.fingerprint:
             raise ConvertError("the source changed since the interrupted conversion; --overwrite starts over")
-        if all(listing.get(f) == size for f, size in records.files.items()):
-            yield records
+        if not all(listing.get(f) == size for f, size in records.files.items()):
+            continue
+        changed = changed_files(job.tasks, records.sources)
+        if changed:
+            log.info("%s: %d of its files changed since it was built (%s); building it again",
+                     job.name, len(changed), name_some(changed))
+            continue
+        yield records
 
 
 class Merger:

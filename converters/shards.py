@@ -8,6 +8,7 @@ the lists into the manifest, and `--resume` keeps every shard whose list is ther
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -19,8 +20,8 @@ from datapipe.records import Record, record_digest
 from datapipe.storage import RemoteStore, StoreNotFound, redact
 
 from .errors import ConvertError, ShardFailed, StrictStop
-from .inputs import read_input
 from .plan import ShardJob, Task
+from .sources import file_fingerprint, read_stat
 from .targets import LIST_SUFFIX, Target
 
 Tick = Callable[[int, int], None]  # (files done, bytes stored) since the last call
@@ -29,7 +30,8 @@ Tick = Callable[[int, int], None]  # (files done, bytes stored) since the last c
 @dataclass
 class ShardRecords:
     """A shard's record list: its manifest entry (None when every file was rejected), its record
-    digests and sample offsets in order, its rejected files, and the files committed before it."""
+    digests and sample offsets in order, its rejected files, the files committed before it, and
+    the fingerprint of each input file, which `--resume` compares."""
 
     name: str
     split: str
@@ -41,6 +43,7 @@ class ShardRecords:
     data_bytes: int = 0
     skipped: list[dict[str, Any]] = field(default_factory=list)
     files: dict[str, int] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)  # each task's fingerprint (converters.sources)
 
     @property
     def list_name(self) -> str:
@@ -70,17 +73,16 @@ class ShardContext:
     source: RemoteStore | None = None  # the source when it is an object-store prefix
 
 
-def read_checked(task: Task, checks: dict[str, Any], source: RemoteStore | None = None) -> bytes:
-    """The bytes to store for one input file (its own, or converted), or BadImageError saying why not.
-    A file that is gone or unreadable is a bad file (converters.inputs); a disk or a store that
-    fails is an error of the run."""
+def read_source(task: Task, source: RemoteStore | None = None) -> tuple[bytes, os.stat_result | None]:
+    """The bytes of one input file and its fstat (None for an object in a store), or BadImageError
+    saying why it cannot be read. A file that is gone or unreadable is a bad file
+    (converters.inputs); a disk or a store that fails is an error of the run."""
     if source is None:
-        return check_image(read_input(task.path), **checks).data
+        return read_stat(task.path)
     try:
-        raw = source.read(task.relpath)
+        return source.read(task.relpath), None
     except StoreNotFound as exc:
         raise BadImageError(f"unreadable: {getattr(exc, 'strerror', None) or exc}") from None
-    return check_image(raw, **checks).data
 
 
 def build_shard(job: ShardJob, ctx: ShardContext, tick: Tick | None = None) -> ShardRecords:
@@ -113,15 +115,20 @@ def build_shard(job: ShardJob, ctx: ShardContext, tick: Tick | None = None) -> S
 
 
 def _store_one(shard: ShardFile, task: Task, position: int, ctx: ShardContext, records: ShardRecords) -> int:
-    """Validate one file and add it to the shard (or to the rejected list); returns bytes stored."""
+    """Validate one file and add it to the shard (or to the rejected list), and its fingerprint to
+    the record list; returns bytes stored."""
+    raw, st = b"", None
     try:
-        data = read_checked(task, ctx.checks, ctx.source)
+        raw, st = read_source(task, ctx.source)
+        data = check_image(raw, **ctx.checks).data
     except BadImageError as exc:
         if ctx.strict:
             raise StrictStop(redact(f"{task.path}: {exc} (--strict stops at the first bad file)")) from None
         records.skipped.append({"path": task.relpath, "reason": str(exc), "position": position})
+        records.sources.append(file_fingerprint(st, task.key, task.label, raw))
         return 0
     digest = record_digest(task.key, task.label, data)
+    records.sources.append(file_fingerprint(st, task.key, task.label, raw, (data, digest)))
     shard.add_record(position, Record(task.key, data, task.label, task.relpath, digest))
     records.digests.append(digest)
     records.data_bytes += len(data)

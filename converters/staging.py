@@ -1,10 +1,11 @@
-"""The staging folder a conversion writes into, its progress checkpoint, and the atomic publish."""
+"""The staging folder a conversion writes into, its progress checkpoint and source log, and the atomic publish."""
 from __future__ import annotations
 
 import json
 import logging
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,18 +14,21 @@ from datapipe.formats.base import fsync_file, write_json_atomic
 from datapipe.records import SplitInfo
 
 PROGRESS_NAME = "progress.json"
+SOURCES_NAME = "sources.txt"
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class Progress:
-    """How far a conversion got: tasks consumed, each split's counts and digest, the writer's state."""
+    """How far a conversion got: tasks consumed, each split's counts and digest, the writer's state,
+    and the length of the source log that covers the tasks consumed."""
 
     fingerprint: str
     arguments: dict[str, Any]
     done: int = 0
     splits: dict[str, SplitInfo] = field(default_factory=dict)
     writer: dict[str, Any] = field(default_factory=dict)
+    sources: int = 0  # bytes of SourceLog (0: none, e.g. a run of an older version)
 
     def counts(self) -> dict[str, int]:
         return {name: info.samples for name, info in self.splits.items()}
@@ -40,6 +44,42 @@ class Progress:
         body = json.loads(file.read_text(encoding="utf-8"))
         body["splits"] = {name: SplitInfo(**info) for name, info in body["splits"].items()}
         return cls(**body)
+
+
+class SourceLog:
+    """The fingerprints (converters.sources) of the files an LMDB or HDF5 conversion consumed, a line
+    each in plan order: appended as it goes, made durable at each checkpoint before the progress
+    file that counts them. Append-only, so 1.28M files cost one pass, not one rewrite per checkpoint."""
+
+    def __init__(self, staging: Path, keep: int) -> None:
+        self._file = open(staging / SOURCES_NAME, "ab")
+        # lines past the last checkpoint are of files that will be read again
+        self._file.truncate(min(keep, os.fstat(self._file.fileno()).st_size))
+
+    def add(self, fingerprint: str) -> None:
+        self._file.write(fingerprint.encode("ascii") + b"\n")
+
+    def sync(self) -> int:
+        """Make the log durable; returns its length."""
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        return os.fstat(self._file.fileno()).st_size
+
+    def close(self) -> None:
+        self._file.close()
+
+    @staticmethod
+    def read(staging: Path, length: int) -> Iterator[str]:
+        """The fingerprints in the log's first `length` bytes, one per consumed file, streamed."""
+        path = staging / SOURCES_NAME
+        if length <= 0 or not path.is_file():
+            return
+        with open(path, "rb") as fh:
+            for line in fh:
+                length -= len(line)
+                if length < 0:
+                    return
+                yield line.rstrip(b"\n").decode("ascii")
 
 
 def mismatched_arguments(recorded: dict[str, Any], requested: dict[str, Any]) -> list[str]:
@@ -65,8 +105,7 @@ def publish(payload: Path, staging: Path, dst: Path) -> None:
     os.replace(payload, dst)
     fsync_file(dst.parent)  # the rename itself made durable
     remove(old)
-    leftover = (dst / PROGRESS_NAME) if dst.is_dir() else None
-    if leftover is not None and leftover.exists():
-        leftover.unlink()
+    for leftover in (PROGRESS_NAME, SOURCES_NAME) if dst.is_dir() else ():  # an LMDB folder is its staging folder
+        (dst / leftover).unlink(missing_ok=True)
     if staging.exists():
         remove(staging)

@@ -5,13 +5,24 @@ held never returns: `convert` waited forever. A ProcessPoolExecutor breaks inste
 this pool says which task the dead worker held. Each worker keeps the index of the item it works on
 in a shared slot; when the pool breaks, the executor stops the other workers with SIGTERM, and their
 handler clears their slots first, so the slot still set is the dead worker's.
+
+A worker dies with its driver, even a `kill -9` of it: its results have no reader any more, and a
+`.wds` worker would go on writing shards into a staging folder that the next `--resume` or
+`--overwrite` uses (issue #34). On Linux the kernel kills it (PR_SET_PDEATHSIG, sent when the
+thread that forked it ends: the one that made the pool, which it outlives); elsewhere a thread in
+the worker watches the driver. Either way a worker checks the driver before each item, and a
+shard worker before it commits a shard (converters.engines.local).
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing
 import os
 import signal
+import sys
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -24,12 +35,16 @@ IDLE = -1
 AHEAD = 2  # tasks per worker submitted ahead of the one the reader waits for
 _SLOTS: Any = None  # in a worker: [pid, index of the item in work] per worker, shared
 _SLOT = -1  # in a worker: its slot
+_DRIVER = -1  # in a worker: the driver's pid
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+WATCH_S = 0.5  # how often a worker without PR_SET_PDEATHSIG looks for its driver
 
 
-def _start(slots: Any, claimed: Any, initializer: Callable[..., None] | None, initargs: tuple) -> None:
-    """Worker init: claim a slot; leave Ctrl-C to the driver, which stops the workers; on SIGTERM
-    (the pool stopping it) clear the slot; then the caller's init."""
+def _start(slots: Any, claimed: Any, driver: int, initializer: Callable[..., None] | None, initargs: tuple) -> None:
+    """Worker init: die with the driver; claim a slot; leave Ctrl-C to the driver, which stops the
+    workers; on SIGTERM (the pool stopping it) clear the slot; then the caller's init."""
     global _SLOTS, _SLOT
+    _die_with(driver)
     with claimed.get_lock():
         _SLOT = claimed.value
         claimed.value += 1
@@ -39,6 +54,40 @@ def _start(slots: Any, claimed: Any, initializer: Callable[..., None] | None, in
     signal.signal(signal.SIGTERM, _stopped)
     if initializer is not None:
         initializer(*initargs)
+
+
+def _die_with(driver: int) -> None:
+    """End this worker when the `driver` process ends (see the module's docstring); at once if it
+    already has, between the fork and here."""
+    global _DRIVER
+    _DRIVER = driver
+    if not _kernel_kills_orphans():
+        threading.Thread(target=_watch_driver, name="datapipe-driver-watch", daemon=True).start()
+    exit_if_orphaned()
+
+
+def _kernel_kills_orphans() -> bool:
+    """Ask Linux to SIGKILL this process when its parent ends; False where it cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0),
+                          ctypes.c_ulong(0), ctypes.c_ulong(0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_driver() -> None:
+    while True:
+        exit_if_orphaned()
+        time.sleep(WATCH_S)
+
+
+def exit_if_orphaned() -> None:
+    """In a worker: exit at once when the driver is gone (a no-op anywhere else)."""
+    if _DRIVER != -1 and os.getppid() != _DRIVER:
+        os._exit(1)  # nothing to clean: the driver that would read our results is gone
 
 
 def _stopped(signum: int, frame: Any) -> None:
@@ -51,6 +100,7 @@ def _run(fn: Callable[..., Any], first: int, items: Sequence[Any], extra: tuple)
     out = []
     try:
         for k, item in enumerate(items):
+            exit_if_orphaned()
             _SLOTS[2 * _SLOT + 1] = first + k
             out.append(fn(item, *extra))
     finally:
@@ -69,7 +119,8 @@ class WorkerPool:
         self.workers, self.describe, self.kept = workers, describe, kept
         self.slots = fork.RawArray("q", [0, IDLE] * workers)
         self.executor = ProcessPoolExecutor(workers, mp_context=fork, initializer=_start,
-                                            initargs=(self.slots, fork.Value("i", 0), initializer, initargs))
+                                            initargs=(self.slots, fork.Value("i", 0), os.getpid(), initializer,
+                                                      initargs))
 
     def submit(self, fn: Callable[..., Any], first: int, items: Sequence[Any], *extra: Any) -> Future:
         """A future of [fn(item, *extra) for item in items], run in a worker; items[k] is item first + k."""

@@ -5,13 +5,16 @@ from __future__ import annotations
 import multiprocessing
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, wait
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from datapipe.storage.isolate import forks_nothing
 
 from ..plan import ShardJob
 from ..shards import ShardContext, ShardRecords, Tick, build_shard
-from ..workers import WorkerPool
+from ..targets import Target
+from ..workers import WorkerPool, exit_if_orphaned
 
 POLL_S = 0.2
 _COUNTS: Any = None  # shared (files, bytes) counters, inherited by the forked workers
@@ -31,8 +34,24 @@ def _count(files: int, stored: int) -> None:
         _COUNTS[1] += stored
 
 
+class _WhileDriverLives:
+    """The shard target, whose commits first make sure the driver is still there: a worker whose
+    driver is gone commits no shard into a staging folder a --resume or --overwrite may be using
+    (converters.workers: on Linux the kernel has killed it already; elsewhere its watch may be late)."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.target, name)
+
+    def commit(self, files: list[Path], record_list: str, text: str) -> None:
+        exit_if_orphaned()
+        self.target.commit(files, record_list, text)
+
+
 def _build(job: ShardJob, ctx: ShardContext) -> ShardRecords:
-    return build_shard(job, ctx, _count)
+    return build_shard(job, replace(ctx, target=_WhileDriverLives(ctx.target)), _count)
 
 
 class LocalEngine:
