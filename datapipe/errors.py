@@ -1,5 +1,6 @@
 """The base of failures a user can cause and fix (bad data, bad options): the CLI prints their
 message as one line and exits non-zero, without a traceback. Kept free of heavy imports."""
+import errno
 
 
 class ExpectedError(Exception):
@@ -13,3 +14,20 @@ def first_line(exc: BaseException, limit: int = 160) -> str:
     after = [lines[k + 1] for k, line in enumerate(lines[:-1]) if line == "encountered:"]
     text = (after or lines or [type(exc).__name__])[0]
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+class DiskFull(ExpectedError):
+    """No space left (ENOSPC) or over quota (EDQUOT) while writing a file: the message names the
+    folder, the bytes needed and what to do."""
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """Whether `exc`, or an exception it was raised from or while handling, is ENOSPC or EDQUOT
+    (torch.save reports a failed write as a RuntimeError raised while handling the OSError)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False

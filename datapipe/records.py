@@ -152,6 +152,18 @@ class Manifest:
         check_names(manifest, source)
         return manifest
 
+    def digest(self) -> str:
+        """sha256 of the manifest's canonical JSON: one conversion's output. Another conversion to the
+        same path differs, if only in its `created` time; a copy of the same output does not."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()
+
+    def content_digest(self, split: str) -> str:
+        """sha256 of what a loader's positions point at in `split`: its chained record digest, count,
+        shard sizes and the class list; not when or how it was converted (a resume compares it)."""
+        info = self.split(split)
+        body = [split, info.digest, info.samples, [s.get("samples") for s in info.shards], self.classes]
+        return hashlib.sha256(json.dumps(body).encode()).hexdigest()
+
     def split(self, name: str) -> SplitInfo:
         """The named split, or a ValueError listing the splits there are."""
         if name not in self.splits:

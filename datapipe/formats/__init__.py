@@ -9,7 +9,7 @@ from ..records import MANIFEST_NAME, Manifest, SplitNotFound
 from ..storage import RemoteLocation, RemoteStore, ShardCache, StoreNotFound, is_url
 from . import hdf5, lmdb, wds
 from .trusted import check_sha256
-from .base import Dataset, Writer
+from .base import Dataset, DatasetReplaced, Writer
 from .folder import FolderDataset
 from .wds_foreign import ForeignShardsDataset
 
@@ -115,7 +115,7 @@ def open_dataset(path: str | Path, split: str = "train", *, cache_dir: str | Pat
         if split != "train":
             raise SplitNotFound(f"split {split!r} not in {path}: a shard pattern is one split (read as 'train'); "
                                 "open the other split's shards by their own pattern")
-        return ForeignShardsDataset(path)
+        return ForeignShardsDataset(path, cache_dir=Path(cache_dir) if cache_dir else None)
     path = Path(path)
     if path.name.endswith(PARTIAL_SUFFIX):
         raise _interrupted(path.with_name(path.name[: -len(PARTIAL_SUFFIX)]), path)
@@ -127,12 +127,15 @@ def open_dataset(path: str | Path, split: str = "train", *, cache_dir: str | Pat
     manifest = read_manifest(path)
     if manifest is None:
         if path.is_dir() and not (path / MANIFEST_NAME).exists():
-            return FolderDataset(path, split)
+            return FolderDataset(path, split, cache_dir=cache_dir)  # its shared index goes there
         raise ValueError(f"{path} is not a datapipe dataset (no manifest) nor an image folder")
     if manifest.format not in FORMATS:
         raise ValueError(f"{path} has format {manifest.format!r}, which this datapipe cannot read ({sorted(FORMATS)})")
-    return FORMATS[manifest.format].reader(path, manifest, split)
+    dataset = FORMATS[manifest.format].reader(path, manifest, split)
+    if dataset.identity is not None:  # the manifest was read before the reader took the identity: re-read it
+        dataset.identity.check(reread=True)
+    return dataset
 
 
-__all__ = ["FORMATS", "FormatSpec", "Dataset", "Writer", "open_dataset", "read_manifest", "format_for",
-           "staging_path"]
+__all__ = ["FORMATS", "FormatSpec", "Dataset", "DatasetReplaced", "Writer", "open_dataset", "read_manifest",
+           "format_for", "staging_path"]

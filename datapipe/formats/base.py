@@ -6,11 +6,12 @@ import json
 import os
 import struct
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from ..records import MANIFEST_NAME, Manifest, Record, Sample
-from ..storage import Location, redact
+from ..storage import Location, StoreError, redact
 from ..storage.urls import is_url
 
 T = TypeVar("T")
@@ -34,12 +35,73 @@ class PerProcess(Generic[T]):
         return {"_opener": self._opener, "_pid": None, "_value": None}
 
 
+class DatasetReplaced(StoreError):
+    """The dataset at a path is no longer the one a loader opened (re-converted in place, removed):
+    the store changed, not a record, so no backend serves around it (a StoreError). Raised where a
+    process opens the data, never after reading it under the old manifest."""
+
+    def __init__(self, message: str) -> None:
+        # torch's DataLoader re-raises a worker's error as this type with "Caught DatasetReplaced in
+        # DataLoader worker process 0. Original Traceback ...": keep the one line that says what to do
+        # (also out of DALI's report of its source worker's error).
+        marker = f"{type(self).__name__}: "
+        found = [line for line in str(message).splitlines() if marker in line]
+        super().__init__(found[-1].partition(marker)[2].strip() if found else message)
+
+
+Signature = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
+
+
+def signature(path: str) -> Signature | None:
+    """What changes when a file or folder is replaced (one stat); None when it is gone."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Which dataset was opened: its manifest's digest and the stat signature of its `anchor`, the file a
+    re-conversion replaces (the converter renames a whole new output into place). Each process checks
+    it when it opens the data, after the open: one stat; only when the signature differs is the
+    manifest there read again (a copy of the same output is still the same dataset)."""
+
+    root: str  # the dataset's path: named in the error, its manifest re-read
+    anchor: str
+    manifest: str  # Manifest.digest()
+    stat: Signature | None
+    read_manifest: Callable[[Path], Manifest | None]  # the format's reader of the manifest at `root`
+
+    @classmethod
+    def take(cls, root: Path | str, anchor: Path | str, manifest: Manifest,
+             read_manifest: Callable[[Path], Manifest | None]) -> "Identity":
+        return cls(str(root), str(anchor), manifest.digest(), signature(str(anchor)), read_manifest)
+
+    def check(self, *, reread: bool = False) -> None:
+        """DatasetReplaced unless `root` still holds the dataset opened. `reread`: compare the manifest
+        even when the signature matches (open_dataset, once the reader is built)."""
+        if not reread and self.stat is not None and signature(self.anchor) == self.stat:
+            return
+        try:
+            now = self.read_manifest(Path(self.root))
+        except (OSError, ValueError):
+            now = None
+        if now is None or now.digest() != self.manifest:
+            raise DatasetReplaced(
+                f"the dataset at {redact(self.root)} was replaced (re-converted) or removed after this loader opened "
+                "it; restart the job, or recreate the loader, to read the new one")
+
+
 class Dataset(abc.ABC):
     """One split of a dataset: `len(ds)`, `ds[i] -> Sample`, `ds.record(i) -> Record`, `ds.classes`."""
 
     format: str = ""
     validated = True  # every record passed `datapipe convert`'s checks (False: a folder, other tools' shards)
     shuffled_at_write = False  # records were shuffled across shards when written (datapipe's .wds)
+    identity: Identity | None = None  # a packed local dataset's: checked where each process opens it
+    fingerprint: str | None = None  # what resume positions point at (Manifest.content_digest); None: unknown
 
     def __init__(self, path: Path | str, *, split: str, classes: list[str], size: int) -> None:
         self.path: Path | str = path if is_url(path) else Path(path)  # a URL stays a string

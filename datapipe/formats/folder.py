@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..records import Record, SplitNotFound
 from ..scan import scan_split_compact
-from ..storage.cachedir import default_cache_dir
+from ..storage.cachedir import default_cache_dir, own_folder
 from .base import Dataset
 from .folder_index import FolderIndex
 
@@ -26,7 +26,16 @@ def give_back_freed_memory() -> None:
         pass
 
 
-def _scan(path: Path, split: str, cache: Path) -> tuple[FolderIndex, list[str]]:
+def index_cache(cache_dir: Path | None) -> Path | None:
+    """`index/` in this user's cache folder (given or default), or None where none can be made (the
+    index then stays in memory). A cache folder that others could change is refused (UnsafeCacheDir)."""
+    try:
+        return (own_folder(Path(cache_dir)) if cache_dir else default_cache_dir()) / "index"
+    except OSError:
+        return None
+
+
+def _scan(path: Path, split: str, cache: Path | None) -> tuple[FolderIndex, list[str]]:
     """The split's index (shared through `cache` where it can be written) and the class list."""
     classes, splits, files = scan_split_compact(path, split)
     if split not in splits:
@@ -34,7 +43,7 @@ def _scan(path: Path, split: str, cache: Path) -> tuple[FolderIndex, list[str]]:
     index = FolderIndex.from_scan(files)
     del files  # the scan's lists go before the shared index's objects are made among them
     give_back_freed_memory()
-    return index.shared(cache), list(classes.classes)
+    return index.shared(cache) if cache is not None else index, list(classes.classes)
 
 
 class FolderDataset(Dataset):
@@ -45,7 +54,7 @@ class FolderDataset(Dataset):
     validated = False
 
     def __init__(self, path: Path, split: str = "train", *, cache_dir: Path | None = None) -> None:
-        self.index, classes = _scan(Path(path), split, (cache_dir or default_cache_dir()) / "index")
+        self.index, classes = _scan(Path(path), split, index_cache(cache_dir))
         give_back_freed_memory()  # and the index's in-memory arrays, now memory-mapped
         super().__init__(path, split=split, classes=classes, size=len(self.index))
 

@@ -21,7 +21,7 @@ import h5py
 import numpy as np
 
 from ..records import Manifest, Record, Sample, SplitInfo
-from .base import Dataset, PerProcess, Writer, fsync_file
+from .base import Dataset, DatasetReplaced, Identity, PerProcess, Writer, fsync_file
 from .spool import Spool
 
 log = logging.getLogger(__name__)
@@ -97,8 +97,14 @@ class _Columns:
     itself), the labels and the offsets in memory (16 bytes a record). Keys, paths, digests and the
     bytes are read per access, through caches of a fixed size."""
 
-    def __init__(self, path: str, split: str, layout: str) -> None:
-        group = _open(path)[split]
+    def __init__(self, path: str, split: str, layout: str, identity: Identity) -> None:
+        f = _open(path)
+        try:
+            identity.check()  # after the open: the file opened is the one the manifest describes
+        except DatasetReplaced:
+            f.close()
+            raise
+        group = f[split]
         self.keys, self.paths, self.sha256 = (group[n] for n in ("keys", "paths", "sha256"))
         self.labels = group["labels"][:]
         if layout == BLOB_LAYOUT:
@@ -122,9 +128,11 @@ class Hdf5Dataset(Dataset):
 
     def __init__(self, path: Path, manifest: Manifest, split: str) -> None:
         super().__init__(path, split=split, classes=manifest.classes, size=manifest.split(split).samples)
+        self.identity = Identity.take(path, path, manifest, read_manifest)
+        self.fingerprint = manifest.content_digest(split)
         with h5py.File(path, "r") as f:  # closed again before any fork; says now if the layout is unknown
             layout = _split_layout(path, f[split])
-        self._columns = PerProcess(functools.partial(_Columns, str(path), split, layout))
+        self._columns = PerProcess(functools.partial(_Columns, str(path), split, layout, self.identity))
 
     def __getitem__(self, index: int) -> Sample:
         c = self._columns.get()

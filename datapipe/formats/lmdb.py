@@ -11,7 +11,8 @@ from typing import Any
 import lmdb
 
 from ..records import Manifest, Record
-from .base import Dataset, Writer, pack_record, read_dir_manifest, unpack_record, write_dir_manifest
+from .base import (Dataset, DatasetReplaced, Identity, Writer, pack_record, read_dir_manifest, unpack_record,
+                   write_dir_manifest)
 
 NAME = "lmdb"
 SUFFIXES = (".lmdb",)
@@ -25,34 +26,38 @@ def record_key(split: str, index: int) -> bytes:
     return f"{split}/{index:010d}".encode()
 
 
-_ENVS: dict[str, tuple[int, int, lmdb.Environment]] = {}
+_ENVS: dict[str, tuple[int, Identity, lmdb.Environment]] = {}
 
 
-def data_inode(path: str | Path) -> int:
-    return os.stat(Path(path) / DATA_FILE).st_ino
-
-
-def shared_env(path: str, inode: int) -> lmdb.Environment:
-    """This process's one read-only environment for `path`.
+def shared_env(path: str, identity: Identity) -> lmdb.Environment:
+    """This process's one read-only environment for `path`, of the dataset `identity` names.
 
     py-lmdb refuses a second open of one path in a process, and a forked child inherits the parent's
     open environments (unusable there): so one environment per path per process, and the inherited one
-    is closed before the child opens its own (lock=False: no reader slot or lock is shared). A dataset
-    replaced on disk (another inode) gets a fresh environment too. Threads that open the same path
-    at once (the threads backend, a thread-pool loader) take turns, so only one opens it.
+    is closed before the child opens its own (lock=False: no reader slot or lock is shared). Each open
+    checks that the folder still holds the dataset opened (DatasetReplaced), before and after: an open
+    environment keeps reading the file it mapped. Threads that open the same path at once (the threads
+    backend, a thread-pool loader) take turns, so only one opens it.
     """
     entry = _ENVS.get(path)
-    if entry is not None and entry[:2] == (os.getpid(), inode):
+    if entry is not None and entry[:2] == (os.getpid(), identity):
         return entry[2]
     with _OPENING:
         entry = _ENVS.get(path)
-        if entry is not None and entry[:2] == (os.getpid(), inode):
+        if entry is not None and entry[:2] == (os.getpid(), identity):
             return entry[2]
+        identity.check()  # before closing another dataset object's environment for a stale one
         if entry is not None:
             entry[2].close()
+            del _ENVS[path]
         env = lmdb.open(path, readonly=True, lock=False, readahead=False, meminit=False,
                         max_readers=_MAX_READERS, subdir=True)
-        _ENVS[path] = (os.getpid(), inode, env)
+        try:
+            identity.check()  # after the open: the file mapped is the one the manifest describes
+        except DatasetReplaced:
+            env.close()
+            raise
+        _ENVS[path] = (os.getpid(), identity, env)
         return env
 
 
@@ -74,10 +79,11 @@ class LmdbDataset(Dataset):
     def __init__(self, path: Path, manifest: Manifest, split: str) -> None:
         super().__init__(path, split=split, classes=manifest.classes, size=manifest.split(split).samples)
         self._path = str(Path(path).resolve())
-        self._inode = data_inode(path)
+        self.identity = Identity.take(self._path, Path(self._path) / DATA_FILE, manifest, read_manifest)
+        self.fingerprint = manifest.content_digest(split)
 
     def _read(self, index: int) -> Record:
-        with shared_env(self._path, self._inode).begin(buffers=False) as txn:
+        with shared_env(self._path, self.identity).begin(buffers=False) as txn:
             value = txn.get(record_key(self.split, index))
         if value is None:
             raise KeyError(f"{self.path}: record {index} of split {self.split!r} is missing; run `datapipe verify`")

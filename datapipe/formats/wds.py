@@ -24,10 +24,11 @@ from typing import Any
 import numpy as np
 
 from ..headers import image_ext
-from ..records import Manifest, Record, SplitInfo
+from ..records import MANIFEST_NAME, Manifest, Record, SplitInfo
 from ..storage import Location
 from ..storage.files import MAX_OPEN, MAX_OPEN_CACHED, ShardFiles
-from .base import Dataset, PerProcess, Writer, read_dir_manifest, record_from_meta, record_meta, write_dir_manifest
+from .base import (Dataset, DatasetReplaced, Identity, PerProcess, Writer, read_dir_manifest, record_from_meta,
+                   record_meta, write_dir_manifest)
 from .tar import BLOCK, END_OF_ARCHIVE, IDX_VERSION, members, member_header, padded
 
 NAME = "wds"
@@ -150,6 +151,9 @@ class WdsDataset(Dataset):
         info = manifest.split(split)
         super().__init__(path, split=split, classes=manifest.classes, size=info.samples)
         self.location = location or Location.local(path)
+        if not self.location.remote:  # a remote one is read through its cache by the manifest's sha256s
+            self.identity = Identity.take(path, Path(path) / MANIFEST_NAME, manifest, read_manifest)
+        self.fingerprint = manifest.content_digest(split)
         self.index = SpanIndex(load_offsets(self.location, split, info), info.shards)
         if len(self.index) != info.samples:
             raise ValueError(f"{self.location.describe()}: the index of split {split!r} lists {len(self.index)} "
@@ -162,7 +166,14 @@ class WdsDataset(Dataset):
 
     def _open_shard(self, number: int) -> int:
         s = self._shards[number]
-        return self.location.open(s["name"], size=s["bytes"], sha256=s.get("sha256"))
+        fd = self.location.open(s["name"], size=s["bytes"], sha256=s.get("sha256"))
+        if self.identity is not None:
+            try:
+                self.identity.check()  # after the open: the shard opened is the one the manifest describes
+            except DatasetReplaced:
+                os.close(fd)
+                raise
+        return fd
 
     def shard_entries(self) -> list[dict[str, Any]]:
         """The manifest's entry (name, samples, bytes, sha256) of each shard."""

@@ -17,8 +17,9 @@ import numpy as np
 from ..names import check_name
 from ..records import Record
 from ..storage import default_cache_dir
-from ..storage.files import ShardFiles, open_listed
-from .base import Dataset, PerProcess
+from ..storage.cachedir import own_folder
+from ..storage.files import ShardFiles
+from .base import Dataset, DatasetReplaced, PerProcess
 from .tar import BLOCK, Component, member_name, parse_idx, scan_tar
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")
@@ -79,7 +80,8 @@ def cached_index(pattern: str, shards: list[str], cache_dir: Path | None = None)
     for shard in shards:
         st = os.stat(shard)
         h.update(f"{os.path.abspath(shard)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    file = (cache_dir or default_cache_dir()) / "index" / f"{h.hexdigest()[:32]}.npz"
+    # a given folder is checked as the default one is: this user's alone (an index planted there would be served)
+    file = (own_folder(cache_dir) if cache_dir else default_cache_dir()) / "index" / f"{h.hexdigest()[:32]}.npz"
     try:
         with np.load(file) as cached:
             return {k: cached[k] for k in cached.files}
@@ -96,6 +98,23 @@ def cached_index(pattern: str, shards: list[str], cache_dir: Path | None = None)
     return index
 
 
+def stamp(path: str) -> tuple[int, int]:
+    """What says a shard is the one indexed, as the index cache judges it: its size and modification time."""
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+def open_indexed(paths: list[str], stamps: list[tuple[int, int]], number: int) -> int:
+    """A read-only descriptor of shard `number`, refused when the file opened is not the one indexed."""
+    fd = os.open(paths[number], os.O_RDONLY)
+    st = os.fstat(fd)
+    if (st.st_size, st.st_mtime_ns) != stamps[number]:
+        os.close(fd)
+        raise DatasetReplaced(f"the shard {paths[number]} was replaced or changed after this loader indexed it; "
+                              "restart the job, or recreate the loader, to read the new one")
+    return fd
+
+
 class ForeignShardsDataset(Dataset):
     """Shards matching a pattern, read by random access through the cached index. The class names
     are the label numbers ("0", "1", ...) since such shards carry no class list."""
@@ -106,11 +125,12 @@ class ForeignShardsDataset(Dataset):
     def __init__(self, pattern: str, *, cache_dir: Path | None = None) -> None:
         shards = expand_shards(pattern)
         self.shards = shards
+        stamps = [stamp(shard) for shard in shards]  # before the index is read: a change while indexing shows
         self.index = cached_index(pattern, shards, cache_dir)
         labels = self.index["label"]
         super().__init__(Path(shards[0]).parent, split="train",
                          classes=[str(c) for c in range(int(labels.max()) + 1 if len(labels) else 0)], size=len(labels))
-        self._files = PerProcess(functools.partial(ShardFiles, functools.partial(open_listed, shards)))
+        self._files = PerProcess(functools.partial(ShardFiles, functools.partial(open_indexed, shards, stamps)))
 
     def shard_sizes(self) -> np.ndarray:
         return np.bincount(self.index["shard"], minlength=len(self.shards))

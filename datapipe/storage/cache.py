@@ -3,15 +3,20 @@
 Layout under the root (default: node-local, see `default_cache_dir`):
     .locks/           one lock file per cached name, and evict.lock; lock files are never deleted
     <dataset>/        one folder per dataset URL (a hash of it)
-        NAME@KEY      a whole, verified copy; KEY is the manifest's sha256 (else the size)
+        NAME@KEY      a whole, checked copy; KEY is the manifest's sha256 (else the size)
         .NAME@KEY~HOST~PID.part   a download in flight, preallocated to its full size
 NAME is the dataset's name for the file when it is plain (letters, digits, `._-`), else a hash of it:
 a name from a crafted manifest never becomes a path outside the dataset's folder (datapipe.names).
 
 Guarantees:
-- Nothing half-written is served: a download is checked against the manifest's size and sha256, then
-  renamed into place. A copy is keyed to the manifest's sha256, so a dataset converted again to the
-  same URL is never served from the old copy.
+- The root is this user's own: made 0700, refused when another user owns it or could change it
+  (cachedir.own_folder), so no one else can plant a copy.
+- Nothing half-written or changed is served: a download is checked against the manifest's size and
+  sha256, then renamed into place; each process checks a copy's sha256 again the first time it opens
+  it (verify.py), and a copy that fails is removed, with a warning naming it, and fetched again. Where
+  the manifest gives no sha256 (datasets converted before it did), the size is all that is checked.
+  A copy is keyed to the manifest's sha256, so a dataset converted again to the same URL is never
+  served from the old copy.
 - One download per file per node: the others wait on its lock (polling, up to `wait_s`), then use it.
 - The limit counts whole files and the full size of every download in flight, on any host. A
   download reserves its room first, evicting least recently used files that no process has open
@@ -37,8 +42,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..names import cache_component
-from .cachedir import default_cache_dir, warn_if_network
+from .cachedir import default_cache_dir, own_folder, warn_if_network
 from .urls import RemoteStore, StoreError
+from .verify import CheckedCopies, sha256_file
 
 log = logging.getLogger(__name__)
 PREFETCH_THREADS = 2
@@ -75,14 +81,6 @@ def locked(path: Path, deadline: float | None = None, what: str = "") -> Iterato
         yield
     finally:
         os.close(fd)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _alive(pid: int) -> bool:
@@ -140,7 +138,7 @@ class ShardCache:
         if limit is not None and limit <= 0:
             raise ValueError(f"cache_limit must be a positive number of bytes, got {limit}")
         self.store = store
-        self.root = Path(root) if root is not None else default_cache_dir() / "shards"
+        self.root = own_folder(Path(root)) if root is not None else default_cache_dir() / "shards"
         self.limit = limit
         self.host = (host or socket.gethostname()).replace("~", "-").replace("/", "-")
         self.wait_s = wait_s
@@ -150,6 +148,7 @@ class ShardCache:
         self._pool_pid: int | None = None
         self._pending: set[str] = set()
         self._lock = threading.Lock()
+        self._checked = CheckedCopies()
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_pool": None, "_pool_pid": None, "_pending": set(), "_lock": None}
@@ -180,14 +179,16 @@ class ShardCache:
         target = self.path(name, size=size, sha256=sha256)
         deadline = time.monotonic() + (self.wait_s if wait_s is None else wait_s)
         while True:
-            fd = open_pinned(target, size)
+            fd = self._open_whole(target, size, sha256, remove=False)
             if fd is None:
                 with locked(self.lock_path(name), deadline,
                             f"downloading {self.store.describe(name)}"):
-                    fd = open_pinned(target, size)
+                    fd = self._open_whole(target, size, sha256, remove=True)
                     if fd is None:
                         self._download(name, target, size, sha256, deadline)
                         fd = open_pinned(target, size)
+                        if fd is not None:  # the copy just checked: no one else writes it while we hold the lock
+                            self._checked.add(target, fd)
             if fd is not None:
                 now = time.time_ns()  # recently used; not os.utime(target): the coarse clock ties files
                 with contextlib.suppress(FileNotFoundError):
@@ -196,6 +197,23 @@ class ShardCache:
             if time.monotonic() > deadline:  # evicted between its download and its opening, every time
                 raise CacheFull(f"{target} was evicted as soon as it was downloaded: cache_limit={self.limit:,} "
                                 "is too small for the files this node reads at once; raise it")
+
+    def _open_whole(self, target: Path, size: int | None, sha256: str | None, *, remove: bool) -> int | None:
+        """A pinned fd of the cached copy if it is there whole and (first time in this process) has the
+        manifest's sha256, else None; with `remove` (under the file's lock) a damaged copy is unlinked:
+        readers that hold it keep their descriptor, nothing is written into it, its path is freed."""
+        fd = open_pinned(target, size)
+        if fd is None or self._checked.whole(target, fd, sha256):
+            return fd
+        damaged = os.fstat(fd).st_ino
+        os.close(fd)
+        if remove:
+            log.warning("cached %s differs from the manifest's sha256 (it changed on the disk after its download): "
+                        "removed, fetching it again", target)
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(target).st_ino == damaged:  # only this file's lock holder puts a copy there: us
+                    target.unlink()
+        return None
 
     def _download(self, name: str, target: Path, size: int | None, sha256: str | None, deadline: float) -> None:
         if target.exists():

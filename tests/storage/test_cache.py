@@ -244,10 +244,12 @@ def test_a_file_open_in_a_reader_is_never_evicted_and_a_download_waits_for_room_
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A real 64 KiB filesystem (tmpfs), where mounting is allowed (root in a container that permits it)."""
+    """A real 64 KiB filesystem (tmpfs), where mounting is allowed (root in a container that permits it);
+    mode 0700, as a cache folder must be (a new tmpfs is 1777, which the cache refuses)."""
     mount = tmp_path / "small-disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(mount)],
+                          capture_output=True)
     if done.returncode:
         pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.decode().strip()}")
     yield mount

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from ...formats.base import Dataset
+from ...formats.base import Dataset, DatasetReplaced
 from ...sharding import EpochPlan, ShardPlan, record_of
 from ..bad_samples import BadSample, record_path
 from ..base import Batch, Loader
@@ -215,12 +215,14 @@ class DaliLoader(Loader):
         self._pipe = self._iterator = None
         return worker_died(self.backend, "a DALI source worker process", pid, exit_description(code))
 
-    def _failure(self, exc: Exception, epoch: int, offset: int, number: int) -> RuntimeError:
+    def _failure(self, exc: Exception, epoch: int, offset: int, number: int) -> Exception:
         """The pipeline's error, with the records it may concern (a worker's message names its record)."""
         lost = self._lost_worker()
         if lost is not None:
             return lost
         lines = [l for l in str(exc).strip().splitlines() if l.strip()]
+        if any("DatasetReplaced: " in l for l in lines):  # the store changed under a source worker, not a record
+            return DatasetReplaced(str(exc))
         named = next((l for l in reversed(lines) if "cannot read or decode record" in l), None)
         if named is not None:
             return RuntimeError(named.split("RuntimeError: ", 1)[-1])
