@@ -20,8 +20,12 @@ $(VENV)/.installed: pyproject.toml setup.py datapipe/_jpeg_region.c datapipe/_no
 		'in use' if b() else 'NOT in use (no libjpeg headers: apt-get install libjpeg-dev, then make clean install)')"
 	touch $@
 
+# Two pytest workers (pytest-xdist), a test file each at a time: the suite's multi-process tests leave
+# room on two cores. The temp folder is short: a Unix socket path under it must stay below 108 bytes.
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q
+	@tmp=$$(mktemp -d /tmp/dpt-XXXXXX) && $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
+		--basetemp=$$tmp && rm -rf $$tmp
 
 demo: install
 	$(BIN)/python tools/make_sample.py --out $(SAMPLE) --overwrite

@@ -119,7 +119,8 @@ def make_loader(source: str | Path | Dataset, *, split: str = "train", backend: 
     Options are LoaderOptions fields, given as `options=` or as keywords (batch_size=256, train=True,
     image_size=224, seed=0, device=None, dtype=torch.float32, channels_last=False, drop_last=False,
     num_workers=None, prefetch_factor=2, pin_memory=None, on_error="skip", sampling="auto",
-    cache_dir=None, cache_limit=None, mix_shards=None). `recipe=`: a datapipe.Recipe or a preset name
+    cache_dir=None, cache_limit=None, mix_shards=None, batch_format="batch"; "pair" yields (images, labels)
+    for code written for a DataLoader over ImageFolder). `recipe=`: a datapipe.Recipe or a preset name
     ("deit", "rsb-a3", "ffcv-rn50", "tv-v2"); Recipe fields given as keywords (auto_augment=, re_prob=,
     mixup_alpha=, ...) change it. `image_size` may be a function of the epoch (datapipe.SizeRamp).
     dtype=torch.uint8 gives un-normalized images. `source` may be a `.wds` URL (s3://, gs://, az://, https://).

@@ -13,6 +13,7 @@ from ..augment.recipe import Recipe
 from ..augment.resolution import checked_size, size_schedule
 from ..formats.base import Dataset
 from ..sharding import EpochPlan, Shard, ShardPlan
+from ..storage import redact
 from .bad_samples import BadSample, TooManyBadSamples
 from .deaths import WorkerDied
 from .options import LoaderOptions
@@ -39,6 +40,23 @@ class EpochSetter:
         self.set_epoch = loader.set_epoch
 
 
+class NotADataLoader:
+    """A torch DataLoader attribute that a loader does not have. Code that rebuilds a DataLoader from
+    the one it is given reads it (ray.train.torch.prepare_data_loader: to add a DistributedSampler);
+    reading it raises an AttributeError that says why, so hasattr and getattr(x, name, default) see
+    no attribute, as before."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, loader: Any, owner: type | None = None) -> Any:
+        if loader is None:
+            return self
+        raise AttributeError(f"{type(loader).__name__!r} object has no attribute {self.name!r}: a datapipe loader is "
+                             "not a torch DataLoader to rebuild (ray.train.torch.prepare_data_loader does); it already "
+                             "shards by rank and puts batches on the device: use it as it is (docs/trainers.md)")
+
+
 class Loader(abc.ABC):
     """`for images, labels, indices in loader`; `set_epoch`, `len`, `state_dict`, `load_state_dict`.
 
@@ -57,6 +75,7 @@ class Loader(abc.ABC):
     """
 
     backend: str = ""
+    worker_init_fn, collate_fn, generator, batch_sampler = (NotADataLoader() for _ in range(4))
 
     def __init__(self, dataset: Dataset, plan: EpochPlan | ShardPlan, options: LoaderOptions, *, reason: str = "") -> None:
         self.dataset = dataset
@@ -141,7 +160,8 @@ class Loader(abc.ABC):
                 "batches_done": done, "seed": self.options.seed, "size": self.plan.size,
                 "shuffle": self.plan.shuffle, "batch_size": self.plan.batch_size, "rank": self.shard.rank,
                 "world_size": self.shard.world_size, "skipped": len(self.skipped),
-                "recipe": self.recipe.to_dict(), "image_size": self.image_size_at(epoch)}
+                "recipe": self.recipe.to_dict(), "image_size": self.image_size_at(epoch),
+                "dataset": self.dataset.fingerprint}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a state_dict: the next iteration yields exactly the samples not yet handed
@@ -151,6 +171,10 @@ class Loader(abc.ABC):
             if key in state and state[key] != mine[key]:
                 raise ValueError(f"cannot resume: the state was saved with {key}={state[key]!r}, "
                                  f"this loader has {key}={mine[key]!r}")
+        if state.get("dataset") and mine["dataset"] and state["dataset"] != mine["dataset"]:
+            raise ValueError(f"cannot resume: the state was saved over other records than {redact(self.dataset.path)} "
+                             "holds now (another dataset, or this one re-converted since); resume with the dataset it "
+                             "was saved with")
         saved_size, epoch = state.get("image_size"), int(state["epoch"])
         if saved_size is not None and state.get("batches_done") and saved_size != self.image_size_at(epoch):
             raise ValueError(f"cannot resume: epoch {epoch} was served at image_size {saved_size}, this loader serves "
@@ -162,18 +186,20 @@ class Loader(abc.ABC):
                              "resume with the recipe it was saved with")
         self.epoch, self._offset, self._served, self._iterated = int(state["epoch"]), self.plan.restore(state), 0, False
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> Iterator[Batch | tuple[torch.Tensor, torch.Tensor]]:
+        """This epoch's batches, as Batch(images, labels, indices), or (images, labels) with
+        batch_format="pair"; a batch counts as served (state_dict) once it is handed out."""
         if self._iterated:  # iterated before, and neither set_epoch nor load_state_dict since: the next epoch
             self.epoch, self._offset, self._served = self.epoch + 1, self.plan.start, 0
         self._offset, self._served, self._iterated = self.position, 0, True
         self._epoch_bad = 0 if self._offset == self.plan.start else self._epoch_bad
         try:
-            keys = self._repeat_keys()
+            keys, pair = self._repeat_keys(), self.options.batch_format == "pair"
             for batch in self._iterate(self.epoch, self._offset):
                 if self.stage is not None:
                     batch = self._batch_stage(batch, None if keys is None else keys[self._served])
                 self._served += 1
-                yield batch
+                yield (batch.images, batch.labels) if pair else batch
         except Exception as exc:
             died = None if isinstance(exc, WorkerDied) else self._worker_died(exc)
             if died is None:

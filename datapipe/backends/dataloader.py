@@ -20,7 +20,7 @@ from .bad_samples import BadSample, serve_or_substitute
 from .base import Batch, Loader
 from .options import LoaderOptions
 from .normalize import Normalizer
-from .deaths import DEFERRED, WorkerDied, torch_worker_died
+from .deaths import DEFERRED, WorkerDied, shield_worker, torch_worker_died, workers_start_deaf
 
 log = logging.getLogger(__name__)
 Decoded = tuple[torch.Tensor, int, int, BadSample | None]
@@ -112,9 +112,11 @@ class EpochBatches:
 
 
 def _seed_worker(worker_id: int) -> None:
-    """Worker init: NumPy's seed from torch's, and the mark that lets this worker, which forks
-    nothing, call the object store directly (datapipe.storage.isolate)."""
+    """Worker init: NumPy's seed from torch's, the mark that lets this worker, which forks nothing,
+    call the object store directly (datapipe.storage.isolate), and no stop signal meant for the job
+    (deaths.shield_worker)."""
     forks_nothing()
+    shield_worker()
     seed = torch.initial_seed() % 2**32
     np.random.seed(seed)
 
@@ -146,7 +148,7 @@ class ProcessLoader(Loader):
     def host_batches(self, epoch: int, offset: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """uint8 NCHW batches on the host (pinned where CUDA is used), bad samples counted and logged."""
         self.batch_plan.epoch, self.batch_plan.offset, self.batch_plan.size = epoch, offset, self.image_size_at(epoch)
-        with DEFERRED.fetch():  # a persistent worker may have died since the last epoch
+        with DEFERRED.fetch(), workers_start_deaf():  # a persistent worker may have died since the last epoch
             batches = iter(self.loader)
         if self.options.workers:
             DEFERRED.install()  # after iter(): torch installs its SIGCHLD handler there (deaths.py)

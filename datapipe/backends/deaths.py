@@ -12,6 +12,7 @@ DALI backend reads the exit codes of the pool's processes (datapipe.backends.dal
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import signal
 import threading
@@ -31,6 +32,41 @@ DEATH_GRACE_S = 2.0  # how long a broken connection to a worker waits for the ke
 class WorkerDied(ExpectedError, RuntimeError):
     """A loader worker process died, most often at the hands of the kernel's out-of-memory killer:
     the epoch cannot go on. The message names the backend, the process and what to change."""
+
+
+JOB_SIGNALS = (signal.SIGINT, signal.SIGUSR1, signal.SIGTERM)  # what clusters and terminals stop a job with
+
+
+@contextlib.contextmanager
+def workers_start_deaf() -> Iterator[None]:
+    """Processes started in this block (loader workers; multiprocessing's resource tracker and
+    forkserver) begin with the job's stop signals blocked, so one sent to the whole process group
+    while a worker imports (a spawned worker's first seconds) waits for `shield_worker` instead of
+    killing it. Blocked in this thread only: meanwhile another thread takes a signal, and Python
+    runs its handler as usual; a signal that finds every thread blocked is delivered after the block."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, JOB_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def shield_worker() -> None:
+    """In a loader worker process: a process group of its own, and SIGINT and SIGUSR1 ignored. A stop
+    signal meant for the job (torchrun's SIGTERM to each rank's group, a terminal's Ctrl-C, Slurm's
+    --signal=USR1 to every process of the step) then reaches the training process, which stops after
+    its step and checkpoints (datapipe.train.preempt), instead of killing the workers under it. One
+    sent while the worker started (workers_start_deaf) is dropped. The workers still end with their
+    parent (torch's and DALI's watchdogs); SIGTERM sent to a worker itself keeps ending it (the pools
+    stop their workers with it)."""
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+    with contextlib.suppress(ValueError):  # signal.signal: a worker's main thread only
+        for number in (signal.SIGINT, signal.SIGUSR1):
+            signal.signal(number, signal.SIG_IGN)
+        term = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # drops a SIGTERM pending since the start
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, JOB_SIGNALS)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if term is None else term)
 
 
 UNKNOWN_EXIT = -(1 << 16)  # a process ended whose exit status another waiter collected

@@ -13,6 +13,9 @@ from ..resources import cpus_per_rank
 ON_ERROR = ("skip", "raise")
 START_METHODS = ("fork", "spawn", "forkserver")
 SAMPLING = ("auto", "global", "shards")  # auto: shard-wise for remote datasets, a global permutation otherwise
+# what the loader yields: "batch" Batch(images, labels, indices); "pair" (images, labels), the shape code
+# written for DataLoader(ImageFolder) unpacks (`x, y = batch`: Ignite's default prepare_batch, Keras)
+BATCH_FORMATS = ("batch", "pair")
 
 
 @dataclass(frozen=True)
@@ -40,10 +43,14 @@ class LoaderOptions:
     mix_shards: int | None = None  # shard-wise sampling's block (ShardPlan); None: 16, 1 for datapipe's own shards
     recipe: Recipe = Recipe(name="default")  # the augmentation (datapipe.augment); make_loader resolves names
     transform: Any = None  # your own per-record transform after the recipe (datapipe.augment.custom)
+    batch_format: str = "batch"  # one of BATCH_FORMATS
 
     def __post_init__(self) -> None:
         if self.mix_shards is not None and (not isinstance(self.mix_shards, int) or self.mix_shards < 1):
             raise ValueError(f"mix_shards must be an int >= 1 (1: shard by shard) or None, got {self.mix_shards!r}")
+        if self.batch_format not in BATCH_FORMATS:
+            raise ValueError(f"batch_format must be one of {BATCH_FORMATS} (\"pair\": (images, labels) without the "
+                             f"record indices), got {self.batch_format!r}")
         if self.sampling not in SAMPLING:
             raise ValueError(f"sampling must be one of {SAMPLING}, got {self.sampling!r}")
         if self.cache_limit is not None and self.cache_limit <= 0:

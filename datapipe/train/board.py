@@ -1,17 +1,28 @@
 """TensorBoard scalars from `datapipe train`, beside metrics.jsonl (which stays the record): rank 0
 only, per log interval (`train/...` at the optimizer step) and per epoch (`epoch/...` at the epoch).
 The run's settings and recipe go to the HPARAMS tab (same event file, the epoch scalars as metrics).
-TensorBoard is an optional extra (`pip install datapipe[tensorboard]`)."""
+TensorBoard is an optional extra (`pip install datapipe[tensorboard]`).
+
+A resume first removes from the folder's event files what the crashed run wrote past the
+checkpoint (`train/` after its step, `epoch/` from its epoch on, and the settings, written again),
+so each (tag, step) is there once, with the resumed run's value. SummaryWriter's purge_step does
+not do it: one step cannot serve the two axes, and TensorBoard's data server ignores it (it drops
+a series' later points only when a smaller step of that series comes in)."""
 from __future__ import annotations
 
 import logging
+import struct
 from pathlib import Path
 from typing import Any
+
+from .durable import atomic_write
 
 log = logging.getLogger("datapipe.train")
 AUTO, OFF = "auto", "off"
 EPOCH_SCALARS = ("train_loss", "train_acc", "val_acc", "ema_val_acc", "images_per_s", "data_wait_pct", "lr")
 HPARAM_METRICS = ("epoch/train_loss", "epoch/train_acc", "epoch/val_acc", "epoch/ema_val_acc")
+INTERVAL, EPOCH, HPARAMS = "train/", "epoch/", "_hparams_/"  # tag prefixes
+RECORD = struct.Struct("<QI")  # a TFRecord: length, its masked crc32c, the bytes, their masked crc32c
 
 
 def _writer_class() -> Any:
@@ -31,9 +42,9 @@ class Board:
         self.writer = _writer_class()(log_dir=str(folder))
 
     @classmethod
-    def open(cls, setting: str, out: Path) -> "Board | None":
+    def open(cls, setting: str, out: Path, *, resume_at: tuple[int, int] | None = None) -> "Board | None":
         """`setting`: "auto" (OUT/tensorboard when the package is there), "off", or a folder (the
-        package is then required)."""
+        package is then required). `resume_at`: the (step, epoch) a resumed run goes on from."""
         if setting == OFF:
             return None
         if _writer_class() is None:
@@ -43,7 +54,10 @@ class Board:
                 return None
             raise ValueError(f"--tensorboard {setting}: the tensorboard package is not installed; "
                              "pip install 'datapipe[tensorboard]' (or pass --tensorboard off)")
-        board = cls(out / "tensorboard" if setting == AUTO else Path(setting))
+        folder = out / "tensorboard" if setting == AUTO else Path(setting)
+        if resume_at is not None and folder.is_dir():
+            drop_past(folder, *resume_at)
+        board = cls(folder)
         log.info("TensorBoard logs in %s (tensorboard --logdir %s)", board.folder, board.folder)
         return board
 
@@ -58,13 +72,48 @@ class Board:
 
     def interval(self, step: int, **scalars: float) -> None:
         for name, value in scalars.items():
-            self.writer.add_scalar(f"train/{name}", value, step)
+            self.writer.add_scalar(INTERVAL + name, value, step)
 
     def epoch(self, epoch: int, record: dict[str, Any]) -> None:
         for name in EPOCH_SCALARS:
             if record.get(name) is not None:
-                self.writer.add_scalar(f"epoch/{name}", record[name], epoch)
+                self.writer.add_scalar(EPOCH + name, record[name], epoch)
         self.writer.flush()
 
     def close(self) -> None:
         self.writer.close()
+
+
+def drop_past(folder: Path, step: int, epoch: int) -> None:
+    """Remove from the event files in `folder` the crashed run's events past a resume point: `train/`
+    scalars after `step`, `epoch/` scalars from `epoch` on, the settings (the resumed run writes them
+    again). Each file that changes is rewritten atomically, under the same name (its place in the order)."""
+    from google.protobuf.message import DecodeError
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    def stale(event: Any) -> bool:
+        tags = [value.tag for value in event.summary.value]
+        return any(tag.startswith(HPARAMS) or (tag.startswith(INTERVAL) and event.step > step)
+                   or (tag.startswith(EPOCH) and event.step >= epoch) for tag in tags)
+
+    for file in sorted(folder.glob("*tfevents*")):
+        data = file.read_bytes()
+        kept, at, dropped = [], 0, 0
+        while at + RECORD.size <= len(data):
+            length = RECORD.unpack_from(data, at)[0]
+            end = at + RECORD.size + length + 4
+            if end > len(data):
+                break  # a record cut short by the crash: kept as it is, every reader skips it
+            try:
+                event = Event.FromString(data[at + RECORD.size:end - 4])
+            except DecodeError:  # not an event: the rest of the file is kept untouched
+                break
+            if stale(event):
+                dropped += 1
+            else:
+                kept.append(data[at:end])
+            at = end
+        if dropped:
+            with atomic_write(file, needs=len(data), tmp=folder / ".datapipe-rewrite.tmp") as fh:
+                fh.write(b"".join(kept) + data[at:])
+            log.info("%s: %d events past the resumed step %d / epoch %d removed", file.name, dropped, step, epoch)

@@ -1,35 +1,135 @@
 """`DIR/last.pt`: model (and its EMA), optimizer, scaler, schedule, loader position, partial-epoch
 sums, and the run's config with its augmentation recipe.
 
-Written by rank 0 only, atomically (temp file + rename), at optimizer-step boundaries, so a resume
-never sees half a checkpoint or half-accumulated gradients. Read with weights_only=True: a
-checkpoint holds tensors and plain values, never code.
+Written by rank 0 only, at optimizer-step boundaries (never half-accumulated gradients), through
+datapipe.train.durable: temp file, fsync, rename, so the previous last.pt stays whole until the new
+one is, and a full disk is one line. The file is torch's zip followed by a 48-byte footer (magic,
+the sha256 of the zip, its length): torch.load, mmap included, ignores bytes past the zip, and a
+resume checks the digest first, so a truncated, empty or bit-flipped file is one line, never a
+traceback or a silent resume. Files from before the footer load with an info line. Read with
+weights_only=True: a checkpoint holds tensors and plain values, never code.
 """
 from __future__ import annotations
 
 import hashlib
-import os
+import logging
+import struct
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
 from ..augment.recipe import PRESETS, Recipe
+from ..errors import ExpectedError, first_line
+from . import durable
 from .config import RUN_SETTINGS, TrainConfig, as_recipe
+
+log = logging.getLogger("datapipe.train")
+FOOTER = struct.Struct("<8s32sQ")  # magic, sha256 of the zip before it, the zip's length
+MAGIC = b"DPSHA256"
+ZIP_END = b"PK\x05\x06"  # a zip's end-of-central-directory record: the last 22 bytes of torch's files
+_verified: dict[str, tuple[int, ...]] = {}  # path -> the stat it was verified at (the CLI, then the trainer)
+
+
+class CheckpointUnreadable(ExpectedError):
+    """A checkpoint that is empty, truncated, altered or not a checkpoint at all."""
+
+
+class _Digesting:
+    """The file torch.save writes to (it only appends): counts and hashes every byte."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh, self.sha, self.size = fh, hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        self.size += memoryview(data).nbytes
+        return self.fh.write(data)
+
+    def flush(self) -> None:
+        self.fh.flush()
 
 
 def save(path: Path, state: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    """`state` as `path`, with its digest; the previous file at `path` stays until this one is whole."""
+    advice = (f"the previous checkpoint {path} is intact: free space there (or give --out a larger disk), then "
+              f"resume with --resume {path}" if path.exists() else
+              "no checkpoint was saved yet: free space there (or give --out a larger disk) and start again")
+    with durable.atomic_write(path, needs=_tensor_bytes(state), advice=advice) as fh:
+        zipped = _Digesting(fh)
+        torch.save(state, zipped)
+        fh.write(FOOTER.pack(MAGIC, zipped.sha.digest(), zipped.size))
+
+
+def _tensor_bytes(state: Any) -> int:
+    """The bytes of the tensors in `state` (shared storages once): most of its checkpoint's size."""
+    seen: dict[int, int] = {}
+    stack = [state]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            storage = item.untyped_storage()
+            seen[storage.data_ptr()] = storage.nbytes()
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return sum(seen.values())
 
 
 def load(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
-    """The checkpoint's state; mmap=True reads tensors only where they are used."""
+    """The checkpoint's state, its digest checked first; mmap=True reads tensors only where they are used."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}; --resume takes the last.pt that a run wrote into its --out")
-    return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    verify(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except (OSError, MemoryError):
+        raise
+    except Exception as exc:  # a file from before the digest, damaged: torch's words, on one line
+        raise _unreadable(path, f"torch cannot read it ({first_line(exc)})") from None
+
+
+def verify(path: Path) -> None:
+    """Check the footer's sha256 against the file (once per process and version of the file)."""
+    st = path.stat()
+    key, stamp = str(path.resolve()), (st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+    if _verified.get(key) == stamp:
+        return
+    if st.st_size == 0:
+        raise _unreadable(path, "it is empty (0 bytes): the run was stopped or the disk was full while it was written")
+    with open(path, "rb") as fh:
+        fh.seek(max(0, st.st_size - FOOTER.size))
+        tail = fh.read()
+        if len(tail) == FOOTER.size and tail.startswith(MAGIC):
+            _, expected, size = FOOTER.unpack(tail)
+            if size + FOOTER.size != st.st_size or _sha256(fh, size) != expected:
+                raise _unreadable(path, "its content does not match the sha256 it was saved with (a changed byte: "
+                                        "a disk or copy error)")
+        elif tail[-22:-18] == ZIP_END:  # a whole zip without our footer: written before checkpoints had one
+            log.info("%s has no sha256 footer (written by an older datapipe): loaded without an integrity check", path)
+        else:
+            raise _unreadable(path, f"it is truncated or not a checkpoint ({st.st_size:,} bytes, no end record)")
+    _verified[key] = stamp
+
+
+def _sha256(fh: BinaryIO, size: int) -> bytes:
+    """The sha256 of the first `size` bytes of `fh`."""
+    sha, left = hashlib.sha256(), size
+    fh.seek(0)
+    while left > 0:
+        chunk = fh.read(min(left, 1 << 20))
+        if not chunk:
+            break
+        sha.update(chunk)
+        left -= len(chunk)
+    return sha.digest()
+
+
+def _unreadable(path: Path, why: str) -> CheckpointUnreadable:
+    return CheckpointUnreadable(f"cannot resume from {path}: {why}; resume from an earlier copy of the "
+                                "checkpoint, or start again with a new --out")
 
 
 def run_settings(path: str | Path) -> dict[str, Any]:

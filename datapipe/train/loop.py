@@ -17,6 +17,7 @@ import functools
 import json
 import logging
 import math
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from torch import nn
 from ..backends import Loader, make_loader
 from ..records import SplitNotFound
 from ..storage import redact
-from . import checkpoint
+from . import checkpoint, metrics_log
 from .board import Board
 from .clock import make_clock
 from .config import RUN_SETTINGS, TrainConfig, hparams, warmup_cosine
@@ -37,6 +38,8 @@ from .guard import NonFiniteGuard
 from .models import build_model
 from .objective import Criterion, count_correct
 from .optim import build_optimizer
+from .preempt import Preemption
+from .profiling import epoch_profiler
 
 log = logging.getLogger("datapipe.train")
 
@@ -103,12 +106,13 @@ class Trainer:
         self.clock = make_clock(self.device)
         self.nonfinite = self.skipped = 0  # non-finite losses, skipped steps before this process (checkpoint)
         self.metrics: list[dict[str, Any]] = []
-        self.board = Board.open(config.tensorboard, self.out) if env.is_main else None
-        if self.board is not None:
-            self.board.hparams(hparams(config))
         self._logged_images = 0  # sums.images at the last log line (rank 0's interval figures)
         if saved is not None:
             self._restore(saved)
+        resume_at = (self.step, self.epoch) if saved is not None else None  # events past it are dropped
+        self.board = Board.open(config.tensorboard, self.out, resume_at=resume_at) if env.is_main else None
+        if self.board is not None:
+            self.board.hparams(hparams(config))
 
     def _build_optimization(self) -> None:
         """Optimizer (--opt), warm-up + cosine schedule, AMP and its scaler, the loss, the EMA copy."""
@@ -172,7 +176,9 @@ class Trainer:
         self.loader.load_state_dict(state["loader"])  # a global position: any world size resumes from it
         self.epoch, self.step = int(state["epoch"]), int(state["step"])
         self.sums, self.metrics = EpochSums(**state["sums"]), list(state["metrics"])
-        if not self.env.is_main:  # the saved loss, images and correct are every rank's: rank 0 carries them
+        if self.env.is_main:  # lines a crash left past the checkpoint go, lines it missed come back
+            metrics_log.rewrite(self.out, self.metrics)
+        else:  # the saved loss, images and correct are every rank's: rank 0 carries them
             self.sums.loss_sum, self.sums.images, self.sums.correct = 0.0, 0, 0.0
         self.nonfinite, self.skipped = int(state.get("nonfinite", 0)), int(state.get("skipped_steps", 0))
         saved = state.get("config", {})
@@ -188,7 +194,9 @@ class Trainer:
                         "per epoch", *before, self.env.world_size, self.config.batch_size, self.config.accum_steps,
                         self.step, self.steps_per_epoch)
         self.scheduler.last_epoch = self.step - 1
-        self.scheduler.step()  # this run's lr at this step: its base lr times its schedule
+        with warnings.catch_warnings():  # at step 0 torch warns of a step before optimizer.step(): none was due
+            warnings.simplefilter("ignore", UserWarning)
+            self.scheduler.step()  # this run's lr at this step: its base lr times its schedule
         log.info("resumed at epoch %d, step %d, sample %d of the epoch, lr %.4g", self.epoch, self.step,
                  self.loader.state_dict()["samples_done"], self.scheduler.get_last_lr()[0])
 
@@ -215,7 +223,9 @@ class Trainer:
             self.ema.load_state_dict(saved)
 
     # ---- training ---------------------------------------------------------------------------
-    def fit(self) -> list[dict[str, Any]]:
+    def fit(self, preemption: Preemption | None = None) -> list[dict[str, Any]]:
+        """Train to the last epoch; on SIGTERM/SIGUSR1/SIGINT, checkpoint and raise Preempted (preempt.py)."""
+        self.preemption = (preemption or Preemption()).arm(device=self.device, log_every=self.config.log_every)
         try:
             while self.epoch < self.config.epochs:
                 # A checkpoint taken at an epoch's last step restores the loader at the next epoch's
@@ -230,6 +240,7 @@ class Trainer:
             if self.board is not None:
                 self.board.close()
             teardown()
+            self.preemption.disarm()
         return self.metrics
 
     def _train_epoch(self) -> bool:
@@ -238,7 +249,8 @@ class Trainer:
         sums = torch.tensor([self.sums.loss_sum, self.sums.correct], device=self.device)  # loss, correct
         self._logged_images = self.sums.images
         self.clock.start()
-        profiler = self._profiler()
+        self._stop_if_preempted(sums)  # a signal in start-up, an evaluation or the epoch-end bookkeeping
+        profiler = epoch_profiler(self.config.profile and self.env.is_main and self.epoch == 0, self.device, self.out)
         with profiler or contextlib.nullcontext():
             batches = iter(self.loader)
             while True:
@@ -290,7 +302,16 @@ class Trainer:
         if stop or (self.config.save_every and self.step % self.config.save_every == 0):
             self._account(sums)
             self._save()
+        if not stop:
+            self._stop_if_preempted(sums, self.step)
         return not stop
+
+    def _stop_if_preempted(self, sums: torch.Tensor, step: int | None = None) -> None:
+        """A signal came (to any rank: they agree here): checkpoint at this boundary, raise Preempted."""
+        if self.preemption.requested(step):
+            self._account(sums)
+            self._save()
+            raise self.preemption.stopped(self.out / "last.pt", self.epoch, self.step)
 
     def _log_interval(self, sums: torch.Tensor) -> None:
         """Rank 0's log line and TensorBoard scalars: the epoch's running loss and train accuracy, the
@@ -320,16 +341,6 @@ class Trainer:
         self._fold_clock()
         self.guard.check(self.epoch)
         self.sums.loss_sum, self.sums.correct = sums.tolist()
-
-    def _profiler(self) -> torch.profiler.profile | None:
-        if not (self.config.profile and self.env.is_main and self.epoch == 0):
-            return None
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if self.device.type == "cuda":
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        return torch.profiler.profile(
-            activities=activities, schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1),
-            on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.out / "profile")))
 
     # ---- epoch end --------------------------------------------------------------------------
     def evaluate(self, model: nn.Module | None = None) -> float | None:
@@ -365,15 +376,15 @@ class Trainer:
                   "skipped_records": len(self.loader.skipped)}
         self.metrics.append(record)
         if self.env.is_main:
-            with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(record, allow_nan=False) + "\n")  # strict JSON, never a bare NaN
             log.info("epoch %d: %s", self.epoch, json.dumps(record))
-            if self.board is not None:
+            if self.board is not None:  # before the checkpoint: a resume drops what it lacks
                 self.board.epoch(self.epoch, record)
         self.epoch += 1
         self.sums = EpochSums()
         self.loader.set_epoch(self.epoch)
         self._save()
+        if self.env.is_main:  # after the checkpoint: metrics.jsonl never runs ahead of it
+            metrics_log.rewrite(self.out, self.metrics)
 
     def _write_summary(self) -> None:
         digests = gather_strings(checkpoint.weights_digest(self.model))
@@ -384,6 +395,6 @@ class Trainer:
             (self.out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
 
 
-def train(config: TrainConfig, env: DistEnv = DistEnv()) -> list[dict[str, Any]]:
+def train(config: TrainConfig, env: DistEnv = DistEnv(), preemption: Preemption | None = None) -> list[dict[str, Any]]:
     """Run a training job (one rank of it under torchrun); returns the per-epoch metrics."""
-    return Trainer(config, env).fit()
+    return Trainer(config, env).fit(preemption)

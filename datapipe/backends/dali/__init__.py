@@ -27,7 +27,7 @@ from ...sharding import EpochPlan, ShardPlan, record_of
 from ..bad_samples import BadSample, record_path
 from ..base import Batch, Loader
 from ..options import LoaderOptions
-from ..deaths import UNKNOWN_EXIT, WorkerDied, exit_description, worker_died
+from ..deaths import UNKNOWN_EXIT, WorkerDied, exit_description, worker_died, workers_start_deaf
 from .graph import HW_DECODER_LOAD, build_pipeline, thread_budget
 from .handoff import Handoff
 from .source import EpochTable, PlannedSource, ViewSettings
@@ -148,7 +148,8 @@ class DaliLoader(Loader):
             channels_last=self.options.channels_last, output=PIPELINE_OUTPUT.get(self.options.dtype, "float32"),
             recipe=self.options.recipe, hw_decoder_load=self.hw_decoder_load,
             preallocate=self.options.train)
-        self._pipe.build()
+        with workers_start_deaf():  # its source workers start here (deaths.shield_worker)
+            self._pipe.build()
         self._iterator = DALIGenericIterator([self._pipe], ["images", "labels", "indices", "replaced"],
                                              last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=False,
                                              prepare_first_batch=False)

@@ -30,6 +30,7 @@ from ...layout import view_geometry
 from ...sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan, record_of
 from ...storage.isolate import forks_nothing, may_fork_workers
 from ..bad_samples import serve_or_substitute
+from ..deaths import shield_worker
 
 RING = 16  # rows of the table; only the DALI epoch being drained and the next one are ever live
 COLUMNS = 4  # epoch, DALI epoch written for, batch limit, image size
@@ -185,6 +186,7 @@ class PlannedSource:
     def __call__(self, batch_info) -> tuple[list[np.ndarray], ...]:
         if os.getpid() != self._maker_pid and may_fork_workers():  # first call in a DALI worker
             forks_nothing()
+            shield_worker()
         epoch, written, limit, size = self.table.read(batch_info.epoch_idx)
         batches = self._batches(epoch, written)
         if batch_info.iteration >= min(limit, len(batches)):

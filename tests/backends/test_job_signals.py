@@ -1,0 +1,35 @@
+"""A stop signal sent to a training job's whole process group (torchrun's SIGTERM to each rank's
+group, a terminal's Ctrl-C, Slurm's --signal=USR1 to every process of the step) is the training
+process's to handle (datapipe.train.preempt): loader workers are in a group of their own and deaf to
+SIGINT and SIGUSR1, also while a spawned worker is still starting, so the epoch goes on. Before,
+the workers died of it (WorkerDied) or, spawned, were killed by SIGUSR1 and SIGINT."""
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from datapipe import open_dataset
+
+from tests.processes import run_in_session
+
+SCRIPT = Path(__file__).with_name("job_signals.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("backend, start_method, signum", [
+    ("dataloader", "fork", signal.SIGTERM),
+    ("dataloader", "spawn", signal.SIGUSR1),
+    ("dataloader", "spawn", signal.SIGINT),
+    ("dali", "spawn", signal.SIGTERM),
+], ids=["dataloader-fork-SIGTERM", "dataloader-spawn-SIGUSR1", "dataloader-spawn-SIGINT", "dali-spawn-SIGTERM"])
+def test_workers_live_through_a_stop_signal_to_the_whole_group(packed_lmdb, backend, start_method, signum):
+    done = run_in_session([sys.executable, str(SCRIPT), str(packed_lmdb), backend, start_method, str(int(signum))],
+                          timeout=120, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    served = json.loads(done.stdout.strip().splitlines()[-1])
+    assert served["received"] == [int(signum)]
+    assert served["samples"] == len(open_dataset(packed_lmdb)) and "Traceback" not in done.stderr  # all served
