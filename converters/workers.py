@@ -121,6 +121,10 @@ class WorkerPool:
         self.executor = ProcessPoolExecutor(workers, mp_context=fork, initializer=_start,
                                             initargs=(self.slots, fork.Value("i", 0), os.getpid(), initializer,
                                                       initargs))
+        # The first submit forks every worker (a fork pool's rule) in the submitting thread, whose end
+        # sends PR_SET_PDEATHSIG: here, by the thread that owns the pool, not by whichever thread
+        # first reads a generator of results.
+        self.executor.submit(int)
 
     def submit(self, fn: Callable[..., Any], first: int, items: Sequence[Any], *extra: Any) -> Future:
         """A future of [fn(item, *extra) for item in items], run in a worker; items[k] is item first + k."""

@@ -261,67 +261,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    import dataclasses
-    import os
-    from pathlib import Path
+    from .cli_train import run_train
 
-    from .backends.deaths import WorkerDied
-    from .cli_recipe import train_recipe
-    from .train import DistEnv, TrainConfig, train
-    from .train.checkpoint import run_settings
-    from .train.preempt import INTERRUPTED_EXIT, PREEMPTED_EXIT, Preempted, Preemption
-
-    env = DistEnv(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
-                  int(os.environ.get("LOCAL_RANK", 0)))
-    if not env.is_main:
-        logging.getLogger().setLevel(logging.WARNING)
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)}
-    if hasattr(args, "no_channels_last"):
-        given["channels_last"] = False
-    saved = run_settings(given["resume"]) if given.get("resume") else {}
-    recipe = train_recipe(args, saved)
-    if recipe is not None:
-        given["recipe"] = recipe
-    # Armed from here to the exit: a signal while the Trainer is built counts too, and one after the
-    # stop (Slurm's SIGTERM once the job is requeued) is only counted.
-    with Preemption().armed() as preemption:
-        try:
-            metrics = train(TrainConfig(**{**saved, **given}), env, preemption)
-        except Preempted as stop:
-            if env.is_main:
-                print(_after_preemption(stop, args, os.environ), file=sys.stderr)
-            return PREEMPTED_EXIT
-        except WorkerDied as died:  # the signal reached the loader's workers too, maybe
-            raise preemption.worker_death(died, Path(args.out) / "last.pt") from died
-        except KeyboardInterrupt:
-            if env.is_main:
-                print(f"datapipe train: interrupted (a second Ctrl-C): stopped at once, without a checkpoint of this "
-                      f"step; {args.out}/last.pt, if there, is the last one written", file=sys.stderr)
-            return INTERRUPTED_EXIT
-    if env.is_main and metrics:
-        last = metrics[-1]
-        acc = f"{last['val_acc']:.3f}" if last["val_acc"] is not None else "n/a"
-        print(f"epoch {last['epoch']}: loss {last['train_loss']:.4f}, val_acc {acc}, "
-              f"{last['images_per_s']:.0f} img/s, data wait {last['data_wait_pct']:.1f}% ({last['backend']})")
-    return 0
-
-
-def _after_preemption(stop, args: argparse.Namespace, environ) -> str:
-    """Rank 0, once training stopped on a signal with its checkpoint written: requeue the Slurm job
-    where asked (SIGUSR1, --requeue auto), and the one line to print: checkpoint, resume command."""
-    import shlex
-
-    from .storage.redaction import redact
-    from .train.preempt import REQUEUE_SIGNAL, requeue, slurm_job_id
-
-    job = slurm_job_id(environ)
-    requeued = ""
-    if job is not None and REQUEUE_SIGNAL in stop.signals and getattr(args, "requeue", "auto") == "auto":
-        requeued = f"; Slurm job {job} requeued" if (failed := requeue(job)) is None else f"; {failed}"
-    resume = shlex.join(["datapipe", "train", args.data, "--out", args.out, "--resume", str(stop.checkpoint)])
-    return redact(f"datapipe train: preempted by {'/'.join(s.name for s in stop.signals)} at epoch {stop.epoch}, "
-                  f"step {stop.step}: checkpoint {stop.checkpoint} written; resume: the same command with --resume "
-                  f"{stop.checkpoint} (e.g. {resume}){requeued}")
+    return run_train(args)
 
 
 def _run_gpu_selftest(args: argparse.Namespace) -> int:

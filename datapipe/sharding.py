@@ -1,20 +1,28 @@
 """Which records each rank reads, in which order, per epoch: one plan shared by every backend.
 
-An epoch's order is a permutation seeded by (seed, epoch): different every epoch, identical across
-runs. Ranks take interleaved slices of it. Without drop_last the order is padded (wrapping around)
-to a multiple of world_size, so every rank gets the same number of batches and no rank waits for
-another at the end of an epoch; with drop_last each rank drops its incomplete tail instead.
+An epoch's order is a permutation keyed by (seed, epoch) and computed, not stored
+(datapipe.order.Permutation): position i of the epoch maps to its record in O(1) time and memory,
+so a rank never holds an array of the epoch's records, only the batch it is asked for. Different
+every epoch, identical across runs. Ranks take interleaved positions. Without drop_last the order
+is padded (wrapping around) to a multiple of world_size, so every rank gets the same number of
+batches and no rank waits for another at the end of an epoch; with drop_last each rank drops its
+incomplete tail instead.
 """
 from __future__ import annotations
 
 import logging
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from .order import Batches, Permutation, derive_key
+from .shardwise import MixedPiece, RankStream, Rest, ShardOrder
+
 log = logging.getLogger(__name__)
+ORDER = "feistel-1"  # the epoch order's version, saved with every position: a mid-epoch resume needs the same order
 
 
 @dataclass(frozen=True)
@@ -42,20 +50,36 @@ def resolve_shard(rank: int | None, world_size: int | None) -> Shard:
     return Shard(rank or 0, world_size or 1)
 
 
-def epoch_order(size: int, *, seed: int, epoch: int, shuffle: bool, repeats: int = 1) -> np.ndarray:
-    """All record indices in this epoch's order. With `repeats` r > 1 (repeated augmentation, timm's
-    RepeatAugSampler): each record of the permutation r times in a row, the epoch still `size` long
-    (so it holds size / r records), the k-th copy of record i written as the key i + k * size
-    (`record_of` and `repeat_key` read it): its augmentation is drawn for that key, so the copies
-    differ. Ranks take interleaved positions, so a record's copies go to different ranks."""
-    if not shuffle:
-        return np.arange(size, dtype=np.int64)
-    order = np.random.default_rng([seed, epoch]).permutation(size).astype(np.int64)
-    if repeats == 1:
-        return order
-    held = -(-size // repeats)  # the records this epoch holds: the first of the permutation
-    copy = np.tile(np.arange(repeats, dtype=np.int64), held)[:size]
-    return np.repeat(order[:held], repeats)[:size] + copy * size  # O(size) memory, not O(size x repeats)
+class EpochKeys:
+    """Position -> key in one epoch's order, for any positions, without the order held: the records
+    permuted by (seed, epoch). With `repeats` r > 1 (repeated augmentation, timm's RepeatAugSampler):
+    each record of the permutation r times in a row, the epoch still `size` long (so it holds size / r
+    records), the k-th copy of record i written as the key i + k * size (`record_of` reads it): its
+    augmentation is drawn for that key, so the copies differ. Ranks take interleaved positions, so a
+    record's copies go to different ranks. Unshuffled: the key is the position."""
+
+    def __init__(self, size: int, *, seed: int, epoch: int, shuffle: bool, repeats: int = 1) -> None:
+        self.size, self.repeats = size, repeats
+        self.permutation = Permutation(size, derive_key(seed, epoch)) if shuffle else None
+
+    def __call__(self, positions: np.ndarray) -> np.ndarray:
+        positions = np.asarray(positions, dtype=np.int64)
+        if self.permutation is None:
+            return positions
+        if self.repeats == 1:
+            return self.permutation(positions)
+        return self.permutation(positions // self.repeats) + positions % self.repeats * self.size
+
+
+def refuse_another_order(state: dict[str, Any], mid_epoch: bool, shuffle: bool) -> None:
+    """A mid-epoch position saved under another epoch order (no `order`: a datapipe from before the
+    computed order, #33) would resume into other records: refused. At an epoch boundary, or without
+    shuffling (the stored order either way), any state resumes."""
+    saved = state.get("order", "numpy-permutation")
+    if mid_epoch and shuffle and saved != ORDER:
+        raise ValueError(f"cannot resume mid-epoch: the state was saved with the epoch order {saved!r}, this datapipe "
+                         f"computes {ORDER!r}; resume from a state saved at an epoch boundary, or with the datapipe "
+                         "version that wrote it")
 
 
 def record_of(key: int, size: int) -> int:
@@ -90,7 +114,7 @@ class EpochPlan:
     seed: int = 0
     shuffle: bool = True
     drop_last: bool = False
-    repeats: int = 1  # repeated augmentation: each record's copies in a row (epoch_order)
+    repeats: int = 1  # repeated augmentation: each record's copies in a row (EpochKeys)
 
     def __post_init__(self) -> None:
         check_plan(self)
@@ -123,8 +147,8 @@ class EpochPlan:
         return min(int(value), self.size)
 
     def save(self, offset: int) -> dict[str, Any]:
-        """The position's part of a loader's state_dict."""
-        return {"samples_done": int(offset)}
+        """The position's part of a loader's state_dict, with the order it counts in."""
+        return {"samples_done": int(offset), "order": ORDER}
 
     def restore(self, state: dict[str, Any]) -> int:
         """The position a state_dict saved (states from before positions were global count batches)."""
@@ -134,6 +158,7 @@ class EpochPlan:
         done = state.get("samples_done")
         if done is None:
             done = int(state["batches_done"]) * int(state["batch_size"]) * int(state["world_size"])
+        refuse_another_order(state, self.decode(done) > 0, self.shuffle)
         return self.decode(done)
 
     @property
@@ -147,58 +172,46 @@ class EpochPlan:
         """Batches per rank per whole epoch."""
         return self.num_batches(0)
 
-    def rank_indices(self, epoch: int, offset: int = 0) -> np.ndarray:
-        """This rank's record indices for `epoch` from global position `offset`, in order. Padding
-        wraps around to the start of the epoch's order, whatever the offset, so a resumed epoch pads
-        with the same samples as an unbroken one."""
-        order = epoch_order(self.size, seed=self.seed, epoch=epoch, shuffle=self.shuffle, repeats=self.repeats)
-        world = self.shard.world_size
-        rest = order[min(offset, self.size):]
-        total = self.samples_per_rank(offset) * world
-        if total > len(rest):
-            rest = np.concatenate([rest, np.resize(order, total - len(rest))])
-        mine = rest[self.shard.rank:total:world]
-        return mine[: self.num_batches(offset) * self.batch_size] if self.drop_last else mine
+    def batches(self, epoch: int, offset: int = 0) -> Batches:
+        """This rank's batches for `epoch` from global position `offset` on, each computed when it is
+        asked for (`_batch`): a sequence of len num_batches(offset), nothing of the epoch held."""
+        return Batches(self._batch_at(epoch, offset), range(self.num_batches(offset)))
 
-    def batches(self, epoch: int, offset: int = 0) -> list[np.ndarray]:
-        """This rank's batches for `epoch` from global position `offset` on."""
-        mine = self.rank_indices(epoch, offset)
-        return [mine[i:i + self.batch_size] for i in range(0, len(mine), self.batch_size)]
+    def _batch_at(self, epoch: int, offset: int) -> "RankBatch":
+        keys = EpochKeys(self.size, seed=self.seed, epoch=epoch, shuffle=self.shuffle, repeats=self.repeats)
+        count = self.num_batches(offset) * self.batch_size if self.drop_last else self.samples_per_rank(offset)
+        return RankBatch(self, keys, min(offset, self.size), count)
+
+    def rank_indices(self, epoch: int, offset: int = 0) -> np.ndarray:
+        """This rank's keys for `epoch` from global position `offset`, in order, in one array (the
+        rank's share: for tests and tools; a loader reads `batches`)."""
+        parts = list(self.batches(epoch, offset))
+        return np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+
+@dataclass(frozen=True)
+class RankBatch:
+    """Batch number -> its keys, from the positions alone. The rank's m-th sample from `start` on is
+    the epoch's position start + rank + m x world; past the end of the epoch, padding wraps around to
+    the start of its order, whatever the start, so a resumed epoch pads with the same samples as an
+    unbroken one. `count`: the rank's samples (drop_last: whole batches only)."""
+
+    plan: EpochPlan
+    keys: EpochKeys
+    start: int
+    count: int
+
+    def __call__(self, number: int) -> np.ndarray:
+        plan, batch = self.plan, self.plan.batch_size
+        m = np.arange(number * batch, min((number + 1) * batch, self.count), dtype=np.int64)
+        j = plan.shard.rank + m * plan.shard.world_size  # this rank's places in the rest of the epoch
+        rest = plan.size - self.start
+        return self.keys(np.where(j < rest, self.start + j, (j - rest) % plan.size))
 
 
 READ_AHEAD_SHARDS = 2  # shards a remote dataset's readers fetch ahead of the one they read
 MIX_SHARDS = 16  # ShardPlan.mix_shards' default: shards whose samples one block interleaves (see ShardPlan)
 Segment = tuple[int, int]  # (world size, samples each rank consumed at that world size)
-
-
-def shardwise_order(sizes: np.ndarray, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
-    """All record indices, shard by shard: shards in a seeded permutation, records shuffled within
-    each shard (records of shard k are numbered contiguously, as in the dataset)."""
-    if not shuffle:
-        return np.arange(int(sizes.sum()), dtype=np.int64)
-    rng = np.random.default_rng([seed, epoch, 1])
-    shard_rank = np.empty(len(sizes), np.int64)
-    shard_rank[rng.permutation(len(sizes))] = np.arange(len(sizes))
-    owner = np.repeat(shard_rank, sizes)
-    return np.lexsort((rng.random(len(owner)), owner)).astype(np.int64)
-
-
-def mix_blocks(piece: np.ndarray, shards: np.ndarray, mix: int, rng: np.random.Generator) -> np.ndarray:
-    """`piece` (record indices, each shard's in one run; `shards` their shard numbers) cut into blocks of
-    consecutive runs, as few as hold at most `mix` runs each and as even as can be (no small last
-    block), each block interleaved: sample j of a run of n goes to (j + u) / n of the way through its
-    block (u uniform in [0, 1)), so any stretch of a block draws about equally from all of the
-    block's shards, in a random order. Blocks keep their place, so a block's shards are all that is
-    read while it is."""
-    if mix <= 1 or len(piece) < 2:
-        return piece
-    new_run = np.r_[True, shards[1:] != shards[:-1]]
-    run = np.cumsum(new_run) - 1
-    starts = np.flatnonzero(new_run)
-    sizes = np.diff(np.r_[starts, len(piece)])
-    key = (np.arange(len(piece)) - starts[run] + rng.random(len(piece))) / sizes[run]
-    blocks = -(-len(starts) // mix)
-    return piece[np.lexsort((key, run * blocks // len(starts)))]
 
 
 @dataclass(frozen=True)
@@ -208,7 +221,7 @@ class ShardPlan:
     ends) instead of every shard, and a node downloads only what its ranks read.
 
     Mixing (when shuffling): a rank's piece is read in blocks of `mix_shards` consecutive shards, each
-    block interleaved (`mix_blocks`), so a batch draws about equally from the block's shards instead of
+    block interleaved (shardwise.MixedPiece), so a batch draws about equally from the block's shards instead of
     one or two: a dataset written class by class then gives batches about as balanced as a random
     permutation (tests/test_shard_mixing.py). Like Streaming's block shuffles (py1b, py1e) and
     webdataset's shuffle buffer over several open shards, memory stays bounded: a block's shards are
@@ -226,8 +239,9 @@ class ShardPlan:
     the remainder is rebuilt by replaying them (each rank consumed a prefix of its mixed piece; what is
     left goes back to the epoch's shard-by-shard order), then dealt to the current ranks in equal
     contiguous pieces (padded from the start of the epoch's order, or trimmed with drop_last), each
-    mixed with a seed of (seed, epoch, segment, world, rank). Same world size: the exact continuation;
-    another one: every remaining sample exactly once.
+    mixed with a key of (seed, epoch, segment, world, rank). Same world size: the exact continuation;
+    another one: every remaining sample exactly once. The order, the rest and each rank's stream are
+    computed, not stored (datapipe.shardwise): a rank holds the blocks it reads, never the epoch.
     """
 
     shard_sizes: tuple[int, ...]
@@ -298,7 +312,7 @@ class ShardPlan:
     def save(self, position: tuple[Segment, ...]) -> dict[str, Any]:
         """The position's part of a loader's state_dict (samples_done, padding included, for reports)."""
         return {"shard_position": self.encode(position), "mix_shards": self.mix_shards,
-                "samples_done": sum(world * consumed for world, consumed in position)}
+                "samples_done": sum(world * consumed for world, consumed in position), "order": ORDER}
 
     def restore(self, state: dict[str, Any]) -> tuple[Segment, ...]:
         if "shard_position" not in state:
@@ -307,6 +321,7 @@ class ShardPlan:
             raise ValueError("cannot resume: the state was saved with global sampling, this loader samples "
                              "shard-wise; resume with sampling='global'")
         position = self.decode(state["shard_position"])
+        refuse_another_order(state, bool(position), self.shuffle)
         saved = int(state.get("mix_shards", 1))  # states from before mixing read shard by shard
         if position and self.shuffle and saved != self.mix_shards:
             log.warning("resuming mid-epoch from a state saved with mix_shards=%d, this plan mixes %d: the rest "
@@ -324,69 +339,51 @@ class ShardPlan:
     def __len__(self) -> int:
         return self.num_batches(())
 
-    def _deal(self, order: np.ndarray, rest: np.ndarray, world: int) -> tuple[int, np.ndarray]:
-        """(piece size, the rest padded from the start of the epoch's order to world x piece)."""
-        piece = self._piece(len(rest), world)
-        total = world * piece
-        if total > len(rest):
-            rest = np.concatenate([rest, np.resize(order, total - len(rest))])
-        return piece, rest
-
-    def _mixed(self, piece: np.ndarray, epoch: int, segment: int, world: int, rank: int) -> np.ndarray:
-        """A rank's piece (real samples, in the epoch's shard-by-shard order) in reading order."""
+    def _mixing(self, epoch: int, segment: int, world: int, rank: int) -> int | None:
+        """The key that mixes a rank's piece in a segment, None where pieces are read as they are."""
         if not self.shuffle or self.mix_shards <= 1:
-            return piece
-        rng = np.random.default_rng([self.seed, epoch, 2, segment, world, rank])
-        return mix_blocks(piece, self.shard_of(piece), self.mix_shards, rng)
+            return None
+        return derive_key(self.seed, epoch, 2, segment, world, rank)
+
+    def _stream(self, epoch: int, position: tuple[Segment, ...]) -> RankStream:
+        """This rank's samples from `position`: the rest replayed through the segments (each rank
+        consumed a prefix of its mixed piece; what is left goes back to the epoch's order), then dealt."""
+        order = ShardOrder(self.shard_sizes, seed=self.seed, epoch=epoch, shuffle=self.shuffle)
+        segments, consumed = self._split(tuple(position))
+        rest = Rest([range(order.size)])
+        for k, (world, used) in enumerate(segments):
+            piece = self._piece(len(rest), world)
+            parts = [part for r in range(world) for part in MixedPiece(
+                rest.slice(r * piece, (r + 1) * piece), order, self.mix_shards,
+                self._mixing(epoch, k, world, r)).unread(used)]
+            rest = Rest(parts + (rest.slice(world * piece, len(rest)).parts if self.drop_last else []))
+        world, rank = self.shard.world_size, self.shard.rank
+        piece = self._piece(len(rest), world)
+        real = max(0, min(piece, len(rest) - rank * piece))
+        mixed = MixedPiece(rest.slice(rank * piece, rank * piece + real), order, self.mix_shards,
+                           self._mixing(epoch, len(segments), world, rank))
+        padding = (np.arange(rank * piece + real, (rank + 1) * piece) - len(rest)) % order.size  # the order's start
+        count = self.num_batches(position) * self.batch_size if self.drop_last else max(0, piece - consumed)
+        lead = ((self.mix_shards if self.shuffle else 1) - 1) * self.size // len(self.shard_sizes)
+        return RankStream(order, mixed, padding, consumed=consumed, count=count, batch_size=self.batch_size, lead=lead)
+
+    def batches(self, epoch: int, position: tuple[Segment, ...] = ()) -> Batches:
+        """This rank's batches from `position` on, each computed when it is asked for (one mixing
+        block at a time, the last few kept)."""
+        return Batches(self._stream(epoch, position), range(self.num_batches(position)))
 
     def rank_indices(self, epoch: int, position: tuple[Segment, ...] = ()) -> np.ndarray:
-        sizes = np.asarray(self.shard_sizes, dtype=np.int64)
-        order = shardwise_order(sizes, seed=self.seed, epoch=epoch, shuffle=self.shuffle)
-        segments, consumed = self._split(tuple(position))
-        rest, place = order, np.empty_like(order)
-        place[order] = np.arange(len(order))  # where each record stands in the epoch's order
-        for k, (world, used) in enumerate(segments):
-            piece = self._piece(len(rest), world)  # rank r consumed a prefix of its mixed real samples
-            tails = [self._mixed(rest[r * piece:(r + 1) * piece], epoch, k, world, r)[used:] for r in range(world)]
-            extra = [rest[world * piece:]] if self.drop_last else []
-            rest = np.concatenate(tails + extra) if tails else rest[:0]
-            rest = order[np.sort(place[rest])]  # back in the epoch's order: each shard's rest in one run
-        world, rank = self.shard.world_size, self.shard.rank
-        piece, padded_rest = self._deal(order, rest, world)
-        real = max(0, min(piece, len(rest) - rank * piece))
-        ours = padded_rest[rank * piece: (rank + 1) * piece]
-        mine = np.concatenate([self._mixed(ours[:real], epoch, len(segments), world, rank), ours[real:]])[consumed:]
-        return mine[: self.num_batches(position) * self.batch_size] if self.drop_last else mine
+        """This rank's records from `position`, in order, in one array (tests and tools)."""
+        parts = list(self.batches(epoch, position))
+        return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
-    def batches(self, epoch: int, position: tuple[Segment, ...] = ()) -> list[np.ndarray]:
-        mine = self.rank_indices(epoch, position)
-        return [mine[i:i + self.batch_size] for i in range(0, len(mine), self.batch_size)]
-
-    def shards_ahead(self, batches: list[np.ndarray], count: int) -> list[tuple[int, ...]]:
-        """Per batch: the shards it reads, then those to fetch ahead of a remote dataset's readers: the
-        next `count` shards this rank has not read yet, and, when mixing, each shard from
-        mix_shards - 1 shards' worth of samples before it would start in the unmixed order, so the
-        next block's shards are fetched one by one while the current block is read."""
-        if not batches:
-            return []
-        shards = self.shard_of(np.concatenate(batches))
-        found, first = np.unique(shards, return_index=True)
-        by_first = np.argsort(first)
-        upcoming, first = found[by_first], first[by_first]  # shards in the order they are first read
-        counts = np.bincount(shards)[upcoming]
-        unmixed = np.r_[0, np.cumsum(counts)[:-1]]  # where each would start, were the blocks not mixed
-        mix = self.mix_shards if self.shuffle else 1
-        lead = (mix - 1) * self.size // len(self.shard_sizes)
-        hints, begin = [], 0
-        for batch in batches:
-            end = begin + len(batch)
-            read = shards[begin:end]
-            own = read[np.sort(np.unique(read, return_index=True)[1])]
-            new = int(np.searchsorted(first, end))
-            upto = max(new + count, int(np.searchsorted(unmixed, end + lead)))
-            hints.append(tuple(int(s) for s in own) + tuple(int(s) for s in upcoming[new:upto]))
-            begin = end
-        return hints
+    def shards_ahead(self, batches: Batches, count: int) -> Batches:
+        """Per batch of `batches` (this plan's), computed when asked for: the shards it reads, then
+        those to fetch ahead of a remote dataset's readers: the next `count` shards this rank has not
+        read yet, and, when mixing, each shard from mix_shards - 1 shards' worth of samples before it
+        would start in the unmixed order, so the next block's shards are fetched one by one while the
+        current block is read."""
+        return Batches(partial(batches.source.hint, count), batches.numbers)
 
     def shard_of(self, indices: np.ndarray) -> np.ndarray:
         first = np.concatenate([[0], np.cumsum(self.shard_sizes)])

@@ -65,6 +65,8 @@ def serve_or_substitute(prepare: Callable[[int], T], dataset: Dataset, index: in
     for other in substitutes(index, len(dataset), seed=seed, epoch=epoch):
         try:
             return prepare(other), other, BadSample(index, path, reason, other)
+        except StoreError:  # the store failed (DatasetReplaced among them): not a record to serve around
+            raise
         except Exception:
             continue
     raise RuntimeError(f"record {index} ({path}) is bad ({reason}) and so were the records tried in its place: "

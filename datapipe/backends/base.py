@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
 from ..augment.batch import BatchStage
@@ -206,7 +207,7 @@ class Loader(abc.ABC):
                 raise
             raise died from exc
 
-    def _repeat_keys(self) -> list | None:
+    def _repeat_keys(self) -> Sequence[np.ndarray] | None:
         """Under repeated augmentation with erasing, this iteration's batches as the plan's keys (a
         record's copies have keys of their own, so their erasing boxes differ); else None."""
         if self.stage is None or getattr(self.plan, "repeats", 1) == 1 or self.recipe.re_prob == 0:

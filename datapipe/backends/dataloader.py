@@ -1,6 +1,7 @@
 """torch DataLoader backend: decode + augment to uint8 in worker processes, normalize on the device."""
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 from collections.abc import Iterator
@@ -105,8 +106,8 @@ class EpochBatches:
         return self.plan.num_batches(self.offset)
 
     def __iter__(self) -> Iterator[list[Item]]:
-        batches = self.plan.batches(self.epoch, self.offset)
-        hints = self.plan.shards_ahead(batches, self.read_ahead) if self.read_ahead else [None] * len(batches)
+        batches = self.plan.batches(self.epoch, self.offset)  # each computed when the sampler reaches it
+        hints = self.plan.shards_ahead(batches, self.read_ahead) if self.read_ahead else itertools.repeat(None)
         for batch, hint in zip(batches, hints):
             yield [(self.epoch, int(i), hint if k == 0 else None, self.size) for k, i in enumerate(batch)]
 

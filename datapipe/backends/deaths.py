@@ -34,7 +34,7 @@ class WorkerDied(ExpectedError, RuntimeError):
     the epoch cannot go on. The message names the backend, the process and what to change."""
 
 
-JOB_SIGNALS = (signal.SIGINT, signal.SIGUSR1, signal.SIGTERM)  # what clusters and terminals stop a job with
+JOB_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)  # what clusters and terminals stop a job with
 
 
 @contextlib.contextmanager
@@ -64,9 +64,11 @@ def shield_worker() -> None:
     with contextlib.suppress(ValueError):  # signal.signal: a worker's main thread only
         for number in (signal.SIGINT, signal.SIGUSR1):
             signal.signal(number, signal.SIG_IGN)
-        term = signal.signal(signal.SIGTERM, signal.SIG_IGN)  # drops a SIGTERM pending since the start
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # drops a SIGTERM pending since the start
         signal.pthread_sigmask(signal.SIG_UNBLOCK, JOB_SIGNALS)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if term is None else term)
+        # the default, not what a fork inherited (the trainer's counting handler): the pools stop
+        # their workers with SIGTERM, and a worker that only counted it would never stop
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 UNKNOWN_EXIT = -(1 << 16)  # a process ended whose exit status another waiter collected

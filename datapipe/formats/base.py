@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from ..durable import atomic_write, fsync_file  # fsync_file: for the writers here and the converters
 from ..records import MANIFEST_NAME, Manifest, Record, Sample
 from ..storage import Location, StoreError, redact
 from ..storage.urls import is_url
@@ -33,6 +34,9 @@ class PerProcess(Generic[T]):
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_opener": self._opener, "_pid": None, "_value": None}
+
+
+REOPEN = "restart the job, or recreate the loader, to read the new one"  # what to do when data changed under a loader
 
 
 class DatasetReplaced(StoreError):
@@ -91,7 +95,7 @@ class Identity:
         if now is None or now.digest() != self.manifest:
             raise DatasetReplaced(
                 f"the dataset at {redact(self.root)} was replaced (re-converted) or removed after this loader opened "
-                "it; restart the job, or recreate the loader, to read the new one")
+                f"it; {REOPEN}")
 
 
 class Dataset(abc.ABC):
@@ -184,23 +188,10 @@ class Writer(abc.ABC):
         """Release files without finishing (the staging folder stays for --resume)."""
 
 
-def fsync_file(path: Path) -> None:
-    """Make a written file's data durable (before it is renamed into place)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_atomic(path: Path, blob: bytes) -> None:
     """Write bytes to path so a crash leaves either the old file or the new one, never half of one."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
+    with atomic_write(path, needs=len(blob)) as fh:
         fh.write(blob)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def write_json_atomic(path: Path, text: str) -> None:

@@ -19,7 +19,7 @@ from ..records import Record
 from ..storage import default_cache_dir
 from ..storage.cachedir import own_folder
 from ..storage.files import ShardFiles
-from .base import Dataset, DatasetReplaced, PerProcess
+from .base import REOPEN, Dataset, DatasetReplaced, PerProcess
 from .tar import BLOCK, Component, member_name, parse_idx, scan_tar
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")
@@ -78,8 +78,7 @@ def cached_index(pattern: str, shards: list[str], cache_dir: Path | None = None)
     """The index from the cache when the shards are unchanged, else built and cached."""
     h = hashlib.sha256(f"v{INDEX_VERSION}".encode())
     for shard in shards:
-        st = os.stat(shard)
-        h.update(f"{os.path.abspath(shard)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        h.update(f"{os.path.abspath(shard)}\0{stamp(shard)}\n".encode())
     # a given folder is checked as the default one is: this user's alone (an index planted there would be served)
     file = (own_folder(cache_dir) if cache_dir else default_cache_dir()) / "index" / f"{h.hexdigest()[:32]}.npz"
     try:
@@ -98,20 +97,27 @@ def cached_index(pattern: str, shards: list[str], cache_dir: Path | None = None)
     return index
 
 
-def stamp(path: str) -> tuple[int, int]:
-    """What says a shard is the one indexed, as the index cache judges it: its size and modification time."""
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns
+Stamp = tuple[int, int, int, int]
 
 
-def open_indexed(paths: list[str], stamps: list[tuple[int, int]], number: int) -> int:
+def stamp_of(st: os.stat_result) -> Stamp:
+    """What says a shard is the one indexed: size, modification and change times, inode. A rewrite in
+    place moves the change time, which no one can set back (cp -p, rsync -t and touch -r keep mtime);
+    a replacement is another inode."""
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
+
+
+def stamp(path: str) -> Stamp:
+    return stamp_of(os.stat(path))
+
+
+def open_indexed(paths: list[str], stamps: list[Stamp], number: int) -> int:
     """A read-only descriptor of shard `number`, refused when the file opened is not the one indexed."""
     fd = os.open(paths[number], os.O_RDONLY)
     st = os.fstat(fd)
-    if (st.st_size, st.st_mtime_ns) != stamps[number]:
+    if stamp_of(st) != stamps[number]:
         os.close(fd)
-        raise DatasetReplaced(f"the shard {paths[number]} was replaced or changed after this loader indexed it; "
-                              "restart the job, or recreate the loader, to read the new one")
+        raise DatasetReplaced(f"the shard {paths[number]} was replaced or changed after this loader indexed it; {REOPEN}")
     return fd
 
 

@@ -15,7 +15,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from .durable import atomic_write
+from ..durable import atomic_write
 
 log = logging.getLogger("datapipe.train")
 AUTO, OFF = "auto", "off"

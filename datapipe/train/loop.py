@@ -237,10 +237,10 @@ class Trainer:
                 self._finish_epoch()
             self._write_summary()
         finally:
+            self.preemption.disarm()  # first: the caller's handlers come back whatever fails below
             if self.board is not None:
                 self.board.close()
             teardown()
-            self.preemption.disarm()
         return self.metrics
 
     def _train_epoch(self) -> bool:

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..backends.deaths import JOB_SIGNALS
 from ..errors import ExpectedError
 from .ddp import all_sum
 
@@ -41,7 +42,7 @@ log = logging.getLogger("datapipe.train")
 
 PREEMPTED_EXIT = 75  # EX_TEMPFAIL (sysexits.h, "try again later"): last.pt written, rerun with --resume
 INTERRUPTED_EXIT = 130  # a second Ctrl-C stopped at once: 128 + SIGINT, as a shell reports it
-SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+SIGNALS = JOB_SIGNALS  # SIGTERM, SIGUSR1, SIGINT: those loader workers are shielded from (backends.deaths)
 REQUEUE_SIGNAL = signal.SIGUSR1  # Slurm's --signal=USR1@SECONDS; SIGTERM (scancel, preemption) is not requeued
 
 

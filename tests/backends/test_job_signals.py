@@ -33,3 +33,32 @@ def test_workers_live_through_a_stop_signal_to_the_whole_group(packed_lmdb, back
     served = json.loads(done.stdout.strip().splitlines()[-1])
     assert served["received"] == [int(signum)]
     assert served["samples"] == len(open_dataset(packed_lmdb)) and "Traceback" not in done.stderr  # all served
+
+
+def test_a_forked_worker_dies_of_sigterm_whatever_handler_its_parent_had():
+    """torch's DataLoader stops a worker that is slow to exit with SIGTERM. A forked worker inherited
+    the training process's handler (Lightning's broadcasts over the rank's process group: from a worker,
+    that hung both ranks for good); it now dies of SIGTERM as a worker should."""
+    import os
+    import time
+
+    from datapipe.backends.deaths import shield_worker
+
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)  # a trainer's handler
+    ready, told = os.pipe()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the worker
+            try:
+                shield_worker()
+                os.write(told, b"1")
+                time.sleep(20)  # a handler that returns lets the sleep go on
+            finally:
+                os._exit(7)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert os.read(ready, 1) == b"1"  # shielded: now the SIGTERM tests what it should
+    os.kill(pid, signal.SIGTERM)
+    _, status = os.waitpid(pid, 0)
+    os.close(ready), os.close(told)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status

@@ -153,6 +153,25 @@ def test_rewritten_foreign_shard_is_refused(foreign_shards, tmp_path):
     assert loader.skipped == []
 
 
+def test_a_foreign_shard_rewritten_in_place_with_its_size_and_mtime_kept_is_refused(foreign_shards, tmp_path):
+    """The hard rewrite: same bytes count, modification time put back (cp -p, rsync -t, touch -r): the
+    change time moved, so the shard is refused where it is opened (before: read through the old index)."""
+    import os
+
+    folder = tmp_path / "shards"
+    shutil.copytree(Path(foreign_shards).parent, folder)
+    pattern = str(folder / Path(foreign_shards).name)
+    shard = folder / "foreign-000001.tar"
+    loader = make_loader(pattern, num_workers=0, on_error="skip", **SMALL)
+    before = os.stat(shard)
+    blob = bytearray(shard.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    shard.write_bytes(bytes(blob))
+    os.utime(shard, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with deadline(DEADLINE_S), pytest.raises(DatasetReplaced, match=r"foreign-000001\.tar was replaced or changed"):
+        epoch(loader)
+
+
 def test_dali_source_workers_started_after_a_reconversion_refuse(sources, tmp_path):
     """DALI's source workers open the data in their own processes: re-converted between the loader's
     open and the pipeline's start, the epoch ends with the one DatasetReplaced line (before: DALI's

@@ -211,7 +211,7 @@ def test_the_requeue_follows_the_signal_the_flag_and_slurms_job_id(tmp_path, mon
     import argparse
     from pathlib import Path
 
-    from datapipe.cli import _after_preemption
+    from datapipe.cli_train import after_preemption
     from datapipe.train.preempt import PREEMPTED_EXIT, Preempted, slurm_job_id
 
     assert PREEMPTED_EXIT == PREEMPTED
@@ -221,7 +221,7 @@ def test_the_requeue_follows_the_signal_the_flag_and_slurms_job_id(tmp_path, mon
     cases = [((signal.SIGTERM,), "auto", {"SLURM_JOB_ID": "7"}), ((signal.SIGUSR1,), "off", {"SLURM_JOB_ID": "7"}),
              ((signal.SIGUSR1,), "auto", {}), ((signal.SIGTERM, signal.SIGUSR1), "auto", {"SLURM_JOB_ID": "8"})]
     for signals, requeue, environ in cases:
-        line = _after_preemption(Preempted(signals, Path("run/last.pt"), 0, 3), argparse.Namespace(**vars(args),
+        line = after_preemption(Preempted(signals, Path("run/last.pt"), 0, 3), argparse.Namespace(**vars(args),
                                  requeue=requeue), environ)
         assert line.startswith("datapipe train: preempted by ") and "--resume run/last.pt" in line
     assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "8"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,10 +141,11 @@ class PlannedSource:
         self.sends_ops = settings.train and op_layout(settings.recipe).slots > 0
         self.outputs = RECORD_OUTPUTS + VIEW_OUTPUTS + (OP_OUTPUTS if self.sends_ops else ()) + ("replaced",)
         self._maker_pid = os.getpid()  # kept through pickling: a spawned worker compares its own with it
-        self._cached: tuple[tuple[int, int], list[np.ndarray]] | None = None
-        self._ahead: list[tuple[int, ...]] | None = None
+        self._cached: tuple[tuple[int, int], Sequence[np.ndarray]] | None = None
+        self._ahead: Sequence[tuple[int, ...]] | None = None  # per batch, computed when asked for
 
-    def _batches(self, epoch: int, dali_epoch: int) -> list[np.ndarray]:
+    def _batches(self, epoch: int, dali_epoch: int) -> Sequence[np.ndarray]:
+        """The plan's batches for this DALI epoch (each computed when asked for), kept for its next calls."""
         if self._cached is None or self._cached[0] != (epoch, dali_epoch):
             position = self.plan.decode(self.table.position(dali_epoch))
             batches = self.plan.batches(epoch, position)
@@ -155,7 +157,7 @@ class PlannedSource:
     def prepare(self, epoch: int, index: int, size: int | None = None, key: int | None = None) -> Prepared:
         """Record `index`'s encoded bytes, label and view columns, its planned ops with them where the
         graph applies ops: the planner's draw order (the view, then the ops, from one rng seeded by
-        `key`: the record, or its repeat's key under repeated augmentation, sharding.epoch_order)."""
+        `key`: the record, or its repeat's key under repeated augmentation, sharding.EpochKeys)."""
         data, label, view, rng = self._read(epoch, index, size or self.settings.image_size, key)
         return data, label, view + self._ops(rng, size or self.settings.image_size)
 

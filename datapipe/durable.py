@@ -1,4 +1,5 @@
-"""Files of a run's --out that a crash leaves whole: the old version or the new one, never half.
+"""Files a crash leaves whole: the old version or the new one, never half (a run's --out, a
+dataset's manifest and record lists).
 
 A temp file in the same folder is written, flushed and fsynced, then renamed over the target and
 the folder fsynced (the rename itself made durable). Until the rename the previous file stays in
@@ -14,8 +15,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import DiskFull, is_disk_full
-from ..formats.base import fsync_file
+from .errors import DiskFull, is_disk_full
+
+
+def fsync_file(path: Path) -> None:
+    """Make a written file's (or a folder's: a rename in it) data durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
