@@ -34,13 +34,6 @@ def _deadline():
 
 
 
-@pytest.fixture
-def source(tmp_path) -> Path:
-    """A copy of the fixture folder (symlinked folders copied whole)."""
-    root = tmp_path / "src"
-    shutil.copytree(IMAGEFOLDER, root)
-    return root
-
 
 def by_key(path: Path) -> dict:
     ds = open_dataset(path)

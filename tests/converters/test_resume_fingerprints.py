@@ -25,12 +25,6 @@ from tests.converters.test_resume import _content
 SHARD = 64 << 10
 
 
-@pytest.fixture
-def source(tmp_path) -> Path:
-    root = tmp_path / "src"
-    shutil.copytree(IMAGEFOLDER, root)
-    return root
-
 
 def is_jfif(path: str) -> bool:
     return Path(path).read_bytes()[6:11] == b"JFIF\0"
