@@ -17,7 +17,7 @@ from typing import BinaryIO
 
 from datapipe.headers import BadImageError
 
-from .members import ArchiveMember, MemberFile
+from .members import Member
 
 _REASONS = {errno.EACCES: "permission denied", errno.EPERM: "permission denied",
             errno.ELOOP: "symlink loop", errno.EISDIR: "a folder, not a file"}
@@ -43,7 +43,7 @@ def reading(path: str) -> Iterator[None]:
         yield
     except OSError as exc:
         # an archive that cannot be read is the run's error, not each of its members' (converters.members)
-        reason = None if isinstance(path, ArchiveMember) else unreadable_reason(path, exc)
+        reason = None if isinstance(path, Member) else unreadable_reason(path, exc)
         if reason is None:
             raise OSError(exc.errno, exc.strerror or str(exc), path) from exc
         raise BadImageError(reason) from None
@@ -53,9 +53,9 @@ def open_input(path: str) -> BinaryIO:
     """The input `path` opened for reading, when it is a regular file. A FIFO, socket or device
     named like an image (or linked to as one) is a bad file: opened without blocking, never read
     (a FIFO would block open() forever, /dev/zero would read forever). Call inside `reading`.
-    An archive member (converters.members) opens its archive and reads only its byte range."""
-    if isinstance(path, ArchiveMember):
-        return MemberFile(open_input(path.archive), path)  # type: ignore[return-value]
+    A member of an archive (converters.members) opens its archive and reads only its own bytes."""
+    if isinstance(path, Member):
+        return path.opened(open_input(path.archive))  # type: ignore[no-any-return]
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         mode = os.fstat(fd).st_mode

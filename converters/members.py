@@ -1,4 +1,5 @@
-"""An input image that is a byte range of an archive: a member of a tar (or of a tar inside a tar).
+"""An input image inside a container file (`Member`): here, a byte range of an archive, a member
+of a tar (or of a tar inside a tar); converters.parquet has a Parquet file's rows.
 
 A tar stores its members uncompressed, one after another, so a member of a per-class tar inside
 ImageNet's `ILSVRC2012_img_train.tar` is simply bytes `offset .. offset + size` of the outer file:
@@ -18,10 +19,23 @@ from typing import Any, BinaryIO
 from datapipe.headers import BadImageError
 
 
-class ArchiveMember(str):
+class Member(str):
+    """An input inside a container file (`archive`): a tar member, a Parquet row (converters.parquet).
+    Read through `opened`; statted (for --resume) through its archive; an archive that cannot be
+    read is the run's error, not each member's (converters.inputs)."""
+
+    __slots__ = ("archive",)
+    archive: str
+
+    def opened(self, archive: BinaryIO) -> Any:
+        """The member as a file to `read()`, given its archive opened for reading."""
+        raise NotImplementedError
+
+
+class ArchiveMember(Member):
     """The place of an archive member, as text, with the archive's path and the member's byte range."""
 
-    __slots__ = ("archive", "offset", "size")
+    __slots__ = ("offset", "size")
 
     def __new__(cls, text: str, archive: str, offset: int, size: int) -> "ArchiveMember":
         self = super().__new__(cls, text)
@@ -30,6 +44,9 @@ class ArchiveMember(str):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return ArchiveMember, (str(self), self.archive, self.offset, self.size)
+
+    def opened(self, archive: BinaryIO) -> "MemberFile":
+        return MemberFile(archive, self)
 
 
 class MemberFile:

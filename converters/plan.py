@@ -14,6 +14,7 @@ from datapipe.storage.urls import is_url, redact
 
 from .imagenet import scan_imagenet
 from .inputs import unreadable_reason
+from .parquet import scan_parquet
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,12 @@ def make_plan(src: str | Path, *, labels: str | Path | None = None, layout: str 
               split: str | None = None, shuffle_seed: int | None = None) -> Plan:
     """Scan `src` (ImageNet layout, or flat with a labels CSV; a folder or an object-store prefix)
     and order what will be written. A folder holding ImageNet's downloaded archives (or Kaggle's
-    ImageNet) is converted from them without extracting them (converters.imagenet)."""
+    ImageNet) is converted from them without extracting them (converters.imagenet); a Parquet file
+    or a folder of them (the Hugging Face Hub's layout) row by row (converters.parquet)."""
     if labels is None and layout == "auto" and not is_url(src):
+        rows = scan_parquet(src, split=split, shuffle_seed=shuffle_seed)  # shuffled by row group, not here
+        if rows is not None:
+            return plan_from_layout(rows, shuffle_seed=None)
         download = scan_imagenet(src, split=split)
         if download is not None:
             return plan_from_layout(download, shuffle_seed=shuffle_seed)

@@ -28,7 +28,7 @@ from datapipe.headers import BadImageError
 from datapipe.records import record_digest
 
 from .inputs import open_input, reading
-from .members import ArchiveMember
+from .members import Member
 
 RACY_NS = 1_000_000_000
 DIGEST_CHARS = 32  # of the record digest's 64 hex digits: plenty to tell a rewrite
@@ -90,7 +90,7 @@ def _changed(task: Any, recorded: str, archives: dict[str, StatKey | None]) -> b
     size, mtime, ctime, ino, digest = recorded.split(":")
     then = (int(size), int(mtime), int(ctime), int(ino))
     path = task.path
-    member = isinstance(path, ArchiveMember)
+    member = isinstance(path, Member)
     if member and path.archive not in archives:  # one stat per archive, not per member
         archives[path.archive] = _stat(path.archive)
     now = archives[path.archive] if member else _stat(path)

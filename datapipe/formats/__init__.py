@@ -11,6 +11,7 @@ from . import hdf5, lmdb, wds
 from .trusted import check_sha256
 from .base import Dataset, DatasetReplaced, Writer
 from .folder import FolderDataset
+from .parquet import ParquetDataset, is_parquet_pattern
 from .wds_foreign import ForeignShardsDataset
 
 PARTIAL_SUFFIX = ".partial"
@@ -101,7 +102,8 @@ def open_remote(url: str, split: str, *, cache_dir: Path | None, cache_limit: in
 def open_dataset(path: str | Path, split: str = "train", *, cache_dir: str | Path | None = None,
                  cache_limit: int | None = None, sha256: str | None = None) -> Dataset:
     """Open one split of a packed dataset (LMDB, HDF5, WebDataset), of a plain image folder, or
-    WebDataset shards written by other tools (`shards/train-{000000..000009}.tar`). A `.wds` dataset
+    WebDataset shards written by other tools (`shards/train-{000000..000009}.tar`), or Parquet files in
+    the Hugging Face Hub's layout (`data/*.parquet`, the split from the file names). A `.wds` dataset
     may also be a URL (s3://, gs://, az://, http(s)://): its shards are fetched whole into `cache_dir`
     (default: node-local, $TMPDIR/datapipe-UID/shards), kept under `cache_limit` bytes, least recently used
     first, files in use never evicted (datapipe.storage.cache). `sha256`: for LMDB and HDF5, whose C
@@ -111,6 +113,8 @@ def open_dataset(path: str | Path, split: str = "train", *, cache_dir: str | Pat
         check_sha256(path, sha256)
     if is_url(path):
         return open_remote(str(path), split, cache_dir=Path(cache_dir) if cache_dir else None, cache_limit=cache_limit)
+    if is_parquet_pattern(path):  # Hugging Face Hub Parquet files, read in place (datapipe.formats.parquet)
+        return ParquetDataset(path, split)
     if isinstance(path, str) and (path.endswith(".tar") or ("{" in path and not Path(path).exists())):
         if split != "train":
             raise SplitNotFound(f"split {split!r} not in {path}: a shard pattern is one split (read as 'train'); "
