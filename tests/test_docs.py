@@ -122,7 +122,7 @@ def converted_here(block: Block) -> set[str]:
 
 @pytest.fixture(scope="session")
 def library(tmp_path_factory) -> Path:
-    """imagenet/, raw_val/ + val.csv, and imagenet/ converted by the CLI to each format, once."""
+    """imagenet/, raw_val/ + val.csv, data/ (Parquet), and imagenet/ converted by the CLI to each format, once."""
     root = tmp_path_factory.mktemp("docs-library")
     shutil.copytree(IMAGEFOLDER, root / "imagenet", symlinks=False)
     (root / "raw_val").mkdir()
@@ -132,6 +132,9 @@ def library(tmp_path_factory) -> Path:
         shutil.copy(image, root / "raw_val" / name)
         rows.append(f"{name},{image.parent.name}\n")
     (root / "val.csv").write_text("".join(rows))
+    from tests.parquet_data import write_hub
+
+    write_hub(root / "data")  # Parquet files as the Hugging Face Hub stores them
     for name in DATASETS:
         run(["datapipe", "convert", "imagenet/", name, "-q"], root, environment(tmp_path_factory.mktemp("tmp")),
             what=f"converting {name}")

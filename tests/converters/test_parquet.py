@@ -1,7 +1,6 @@
 """`datapipe convert` from Parquet files in the Hugging Face Hub's layout (converters.parquet)."""
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -17,44 +16,16 @@ from datapipe import open_dataset, read_manifest
 from datapipe.cli import main
 from datapipe.decode import check_image
 from datapipe.inspect import verify
-from datapipe.scan import is_image_name
-from tests.conftest import BAD_FILES, IMAGEFOLDER
+from tests.conftest import BAD_FILES
 from tests.converters.stopping import after_checkpoint, kill_convert_when_stopped
+from tests.parquet_data import CLASSES, IMAGE, TEST, TRAIN, VAL, fixture_rows, hub_table, write_hub
 
-CLASSES = ["dog", "cat", "fish"]  # the Hub's ClassLabel order, not sorted: it must be kept
 OPTIONS = dict(workers=2, progress=False, shard_bytes=64 << 10, checkpoint_every=4)
-TRAIN, VAL, TEST = "train-00000-of-00001.parquet", "validation-00000-of-00001.parquet", "test-00000-of-00001.parquet"
-IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-
-
-def fixture_rows() -> list[tuple[str, bytes, int]]:
-    """(relative path, bytes, label) of every image-named file of the fixture folder's train split."""
-    root = IMAGEFOLDER / "train"
-    return [(p.relative_to(IMAGEFOLDER).as_posix(), p.read_bytes(), CLASSES.index(c)) for c in CLASSES
-            for p in sorted((root / c).rglob("*")) if p.is_file() and is_image_name(p.name)]
-
-
-def hub_table(rows: list[tuple[str, bytes, int]], *, names: list[str] | None = CLASSES) -> pa.Table:
-    """The rows as the Hub writes them: an Image struct column, a ClassLabel column, the features in
-    the schema's `huggingface` metadata (none when `names` is None)."""
-    features = {"image": {"_type": "Image"}, "label": {"_type": "ClassLabel", "names": names}}
-    metadata = {b"huggingface": json.dumps({"info": {"features": features}}).encode()} if names else None
-    schema = pa.schema([("image", IMAGE), ("label", pa.int64())], metadata=metadata)
-    return pa.table({"image": [{"bytes": b, "path": Path(p).name} for p, b, _ in rows],
-                     "label": [label for *_, label in rows]}, schema=schema)
 
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory) -> Path:
-    """train (bad images among 29 rows, row groups of 7), validation (row groups of 4) and test (labels -1)."""
-    root = tmp_path_factory.mktemp("hub") / "data"
-    root.mkdir()
-    rows = fixture_rows()
-    pq.write_table(hub_table(rows), root / TRAIN, row_group_size=7)
-    good = [r for r in rows if r[0] not in BAD_FILES]
-    pq.write_table(hub_table(good[::3]), root / VAL, row_group_size=4)
-    pq.write_table(hub_table([(p, b, -1) for p, b, _ in good[1::4]]), root / TEST)
-    return root
+    return write_hub(tmp_path_factory.mktemp("hub") / "data")
 
 
 def expected(hub: Path) -> dict[str, list[tuple[bytes, int]]]:
