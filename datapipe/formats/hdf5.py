@@ -92,9 +92,20 @@ def _split_layout(path: Path | str, group: h5py.Group) -> str:
     return layout
 
 
+def mapped_column(f: h5py.File, column: h5py.Dataset) -> np.ndarray | h5py.Dataset:
+    """A contiguous, unfiltered 1-D column memory-mapped from the file `f` has open (its pages are the
+    page cache, shared by every process: no private byte per record); any other column as its h5py
+    handle, read one row per access."""
+    offset = column.id.get_offset()
+    if column.chunks is not None or column.compression or offset is None or column.ndim != 1 or not len(column):
+        return column
+    with os.fdopen(os.dup(f.id.get_vfd_handle()), "rb") as fh:  # the file h5py opened, not the path again
+        return np.memmap(fh, dtype=column.dtype, mode="r", offset=offset, shape=column.shape)
+
+
 class _Columns:
     """One process's open split: dataset handles (an h5py name lookup costs more than the read
-    itself), the labels and the offsets in memory (16 bytes a record). Keys, paths, digests and the
+    itself); the labels and the offsets memory-mapped (mapped_column). Keys, paths, digests and the
     bytes are read per access, through caches of a fixed size."""
 
     def __init__(self, path: str, split: str, layout: str, identity: Identity) -> None:
@@ -106,9 +117,9 @@ class _Columns:
             raise
         group = f[split]
         self.keys, self.paths, self.sha256 = (group[n] for n in ("keys", "paths", "sha256"))
-        self.labels = group["labels"][:]
+        self.labels = mapped_column(f, group["labels"])
         if layout == BLOB_LAYOUT:
-            self.blob, self.offsets = group["blob"], group["offsets"][:]
+            self.blob, self.offsets = group["blob"], mapped_column(f, group["offsets"])
             self.data = self._from_blob
         else:
             self.vlen = group["data"]

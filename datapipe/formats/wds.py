@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,16 +64,24 @@ def sample_starts(idx_text: str, where: str = "index") -> np.ndarray:
 
 class SpanIndex:
     """Record i -> (shard number, start, end) of its members: offsets from `{split}.offsets.npy`, the
-    shard boundaries from the manifest. About 8 bytes a record, shared through the page cache."""
+    shard boundaries from the manifest. The offsets stay memory-mapped, shared through the page cache;
+    a pickled index (a spawned worker's) carries `opener`, which maps them again, never the offsets."""
 
-    def __init__(self, starts: np.ndarray, shards: list[dict[str, Any]]) -> None:
+    def __init__(self, opener: Callable[[], np.ndarray], shards: list[dict[str, Any]]) -> None:
         counts = np.array([s["samples"] for s in shards], dtype=np.int64)
-        self.starts = starts
+        self.opener, self.starts = opener, opener()
         self.first = np.concatenate([[0], np.cumsum(counts)])  # record number of each shard's first sample
         self.data_end = np.array([s["bytes"] - END_OF_ARCHIVE for s in shards], dtype=np.int64)
         self.names = [s["name"] for s in shards]
-        if len(starts) != self.first[-1]:
-            raise ValueError(f"the offsets list {len(starts)} samples, the shards {int(self.first[-1])}")
+        if len(self.starts) != self.first[-1]:
+            raise ValueError(f"the offsets list {len(self.starts)} samples, the shards {int(self.first[-1])}")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "starts": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.starts = self.opener()
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -87,9 +96,10 @@ class SpanIndex:
         return number, start, end
 
 
-def check_offsets_header(fh: Any, samples: int, where: str) -> None:
+def check_offsets_header(fh: Any, samples: int, where: str) -> int:
     """Refuse an offsets file that is not `samples` int64s filling the file: numpy would otherwise
-    allocate whatever a crafted header claims before reading a byte. Leaves `fh` at its start."""
+    allocate whatever a crafted header claims before reading a byte. Returns where the offsets begin
+    and leaves `fh` at its start."""
     size = os.fstat(fh.fileno()).st_size
     try:
         version = np.lib.format.read_magic(fh)
@@ -97,27 +107,28 @@ def check_offsets_header(fh: Any, samples: int, where: str) -> None:
         shape, fortran, dtype = read(fh, max_header_size=4096)
     except ValueError as exc:
         raise ValueError(f"{where}: not an offsets file ({exc})") from None
-    if dtype != np.dtype("<i8") or fortran or shape != (samples,) or fh.tell() + 8 * samples != size:
+    start = fh.tell()
+    if dtype != np.dtype("<i8") or fortran or shape != (samples,) or start + 8 * samples != size:
         raise ValueError(f"{where}: its header describes {dtype} {shape} in {size:,} bytes, not the {samples:,} "
                          "offsets the manifest's shards hold; the dataset is damaged or was crafted")
     fh.seek(0)
+    return start
 
 
 def load_offsets(location: Location, split: str, info: SplitInfo) -> np.ndarray:
-    """The split's offsets file, memory-mapped on a local disk (read whole from a remote dataset's cache,
-    so it pins nothing there: 8 bytes a record); from the shards' `.idx` files for datasets converted
-    before there was one (slower: a parse of every index line). The file's header is checked first."""
+    """The split's offsets file, memory-mapped: from the local disk, or from a remote dataset's cached
+    copy (the mapping keeps that copy's pin while it lives, and an evicted file's pages stay readable).
+    Every process on a node shares the one copy in the page cache: no private byte a record. From the
+    shards' `.idx` files for datasets converted before there was one (slower: a parse of every index
+    line, and the offsets in memory, 8 bytes a record). The file's header is checked first."""
     samples = sum(int(s["samples"]) for s in info.shards)
-    if info.index and not location.remote:
-        path = location.file(info.index["name"])
-        with open(path, "rb") as fh:
-            check_offsets_header(fh, samples, str(path))
-        return np.load(path, mmap_mode="r")
     if info.index:
-        with os.fdopen(location.open(info.index["name"], size=info.index["bytes"], sha256=info.index["sha256"]),
-                       "rb") as fh:
-            check_offsets_header(fh, samples, location.describe(info.index["name"]))
-            return np.load(fh)
+        name = info.index["name"]
+        with os.fdopen(location.open(name, size=info.index["bytes"], sha256=info.index["sha256"]), "rb") as fh:
+            start = check_offsets_header(fh, samples, location.describe(name))
+            if not samples:
+                return np.zeros(0, np.int64)
+            return np.memmap(fh, dtype="<i8", mode="r", offset=start, shape=(samples,))  # mmap holds its own fd
     shards = info.shards
     parts = [sample_starts(location.read_bytes(idx_name(s["name"])).decode("ascii", "replace"),
                            location.describe(idx_name(s["name"]))) for s in shards]
@@ -154,7 +165,7 @@ class WdsDataset(Dataset):
         if not self.location.remote:  # a remote one is read through its cache by the manifest's sha256s
             self.identity = Identity.take(path, Path(path) / MANIFEST_NAME, manifest, read_manifest)
         self.fingerprint = manifest.content_digest(split)
-        self.index = SpanIndex(load_offsets(self.location, split, info), info.shards)
+        self.index = SpanIndex(functools.partial(load_offsets, self.location, split, info), info.shards)
         if len(self.index) != info.samples:
             raise ValueError(f"{self.location.describe()}: the index of split {split!r} lists {len(self.index)} "
                              f"samples, the manifest {info.samples}; run `datapipe verify` or re-convert")

@@ -2,14 +2,17 @@
 
 The index is built once from each shard's DALI `.idx` when one lies beside it, else from the tar
 headers (tarfile seeks over the image data), reading only the small `.cls` members; it is kept as
-NumPy arrays (28 bytes a record) and cached under the user's cache folder, keyed by the shards'
-names, sizes and modification times, so the next open loads it instead of scanning.
+NumPy arrays (28 bytes a record) in an uncompressed `.npz` under the user's cache folder, keyed by the
+shards' names, sizes and modification times, and each open memory-maps them from there: every process
+shares the page cache's copy (no private byte a record), and nothing is scanned again.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
 import os
+import struct
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +26,8 @@ from .base import REOPEN, Dataset, DatasetReplaced, PerProcess
 from .tar import BLOCK, Component, member_name, parse_idx, scan_tar
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: with `classes` and `shard_sizes`, so an open reads no per-record array
+_LOCAL_HEADER = struct.Struct("<4s22xHH")  # a zip member's local header: signature ... name and extra lengths
 
 
 def expand_shards(pattern: str) -> list[str]:
@@ -51,7 +55,7 @@ def _components(shard: str) -> list[list[Component]]:
     return scan_tar(shard)
 
 
-def build_index(pattern: str, shards: list[str]) -> dict[str, np.ndarray]:
+def scan_index(pattern: str, shards: list[str]) -> dict[str, np.ndarray]:
     """Per sample: shard number, image member header offset, image size, label."""
     numbers, headers, sizes, labels = [], [], [], []
     for number, shard in enumerate(shards):
@@ -74,26 +78,70 @@ def build_index(pattern: str, shards: list[str]) -> dict[str, np.ndarray]:
             "size": np.array(sizes, np.int64), "label": np.array(labels, np.int64)}
 
 
+def build_index(pattern: str, shards: list[str]) -> dict[str, np.ndarray]:
+    """Per sample: shard number, image member header offset, image size, label; and the class count
+    and samples per shard (what an open needs, without a pass over the samples)."""
+    index = scan_index(pattern, shards)
+    labels = index["label"]
+    return {**index, "classes": np.array([int(labels.max()) + 1 if len(labels) else 0], np.int64),
+            "shard_sizes": np.bincount(index["shard"], minlength=len(shards)).astype(np.int64)}
+
+
+def mapped_npz(file: Path) -> dict[str, np.ndarray]:
+    """The arrays of an uncompressed `.npz` (np.savez), each memory-mapped where it lies in the zip;
+    ValueError when a member is compressed or not a plain array."""
+    arrays = {}
+    with open(file, "rb") as fh, zipfile.ZipFile(fh) as zf:
+        for info in zf.infolist():
+            if info.compress_type != zipfile.ZIP_STORED or not info.filename.endswith(".npy"):
+                raise ValueError(f"{file}: member {info.filename!r} is compressed or not an array")
+            fh.seek(info.header_offset)
+            signature, name_len, extra_len = _LOCAL_HEADER.unpack(fh.read(_LOCAL_HEADER.size))
+            if signature != b"PK\x03\x04":
+                raise ValueError(f"{file}: member {info.filename!r} has no local header")
+            fh.seek(info.header_offset + _LOCAL_HEADER.size + name_len + extra_len)
+            version = np.lib.format.read_magic(fh)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read(fh, max_header_size=4096)
+            if fortran or dtype.hasobject or len(shape) != 1:
+                raise ValueError(f"{file}: member {info.filename!r} is not a 1-D array of numbers")
+            name, start = info.filename[: -len(".npy")], fh.tell()
+            if start + shape[0] * dtype.itemsize > os.fstat(fh.fileno()).st_size:
+                raise ValueError(f"{file}: member {info.filename!r} runs past the file's end")
+            arrays[name] = (np.memmap(fh, dtype=dtype, mode="r", offset=start, shape=shape) if shape[0]
+                            else np.zeros(0, dtype))
+    return arrays
+
+
 def cached_index(pattern: str, shards: list[str], cache_dir: Path | None = None) -> dict[str, np.ndarray]:
-    """The index from the cache when the shards are unchanged, else built and cached."""
+    """The index memory-mapped from the cache when the shards are unchanged, else built and cached
+    (and kept in memory where it cannot be cached)."""
     h = hashlib.sha256(f"v{INDEX_VERSION}".encode())
     for shard in shards:
         h.update(f"{os.path.abspath(shard)}\0{stamp(shard)}\n".encode())
     # a given folder is checked as the default one is: this user's alone (an index planted there would be served)
     file = (own_folder(cache_dir) if cache_dir else default_cache_dir()) / "index" / f"{h.hexdigest()[:32]}.npz"
     try:
-        with np.load(file) as cached:
-            return {k: cached[k] for k in cached.files}
-    except (OSError, ValueError, KeyError):
+        return checked_index(mapped_npz(file), len(shards))
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         pass
     index = build_index(pattern, shards)
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
         tmp = file.with_name(f"{file.stem}.{os.getpid()}.tmp.npz")
-        np.savez(tmp, **index)
+        np.savez(tmp, **index)  # stored, not deflated: the next open maps it
         os.replace(tmp, file)
-    except OSError:  # a read-only home: the index still works, it is just not kept
-        pass
+        return checked_index(mapped_npz(file), len(shards))
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):  # a read-only home: the index stays in memory
+        return index
+
+
+def checked_index(index: dict[str, np.ndarray], shards: int) -> dict[str, np.ndarray]:
+    """`index` when its arrays agree in length (KeyError or ValueError otherwise: it is rebuilt)."""
+    samples = len(index["label"])
+    if any(len(index[k]) != samples for k in ("shard", "header", "size")) or len(index["shard_sizes"]) != shards \
+            or len(index["classes"]) != 1:
+        raise ValueError("the cached index's arrays disagree")
     return index
 
 
@@ -133,13 +181,22 @@ class ForeignShardsDataset(Dataset):
         self.shards = shards
         stamps = [stamp(shard) for shard in shards]  # before the index is read: a change while indexing shows
         self.index = cached_index(pattern, shards, cache_dir)
-        labels = self.index["label"]
         super().__init__(Path(shards[0]).parent, split="train",
-                         classes=[str(c) for c in range(int(labels.max()) + 1 if len(labels) else 0)], size=len(labels))
+                         classes=[str(c) for c in range(int(self.index["classes"][0]))], size=len(self.index["label"]))
         self._files = PerProcess(functools.partial(ShardFiles, functools.partial(open_indexed, shards, stamps)))
 
+    def __getstate__(self) -> dict:
+        """A spawned worker maps the cached index again: the arrays never travel."""
+        mapped = isinstance(self.index["label"], np.memmap)
+        return {**self.__dict__, "index": self.index["label"].filename} if mapped else self.__dict__
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if isinstance(self.index, str):
+            self.index = checked_index(mapped_npz(Path(self.index)), len(self.shards))
+
     def shard_sizes(self) -> np.ndarray:
-        return np.bincount(self.index["shard"], minlength=len(self.shards))
+        return self.index["shard_sizes"]
 
     def _read(self, index: int) -> Record:
         number, header, size = int(self.index["shard"][index]), int(self.index["header"][index]), int(self.index["size"][index])
