@@ -1,6 +1,7 @@
 """Shared fixtures: the fixture image folder, and it converted once per format per session."""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -8,6 +9,23 @@ import pytest
 
 from converters import ConvertOptions, convert
 from datapipe.scan import scan_folder
+
+# Ray waits 30 s for its GCS server's port file; on a 2-core machine running two test workers that
+# start process groups of their own, it has taken longer (tests/converters/test_ray.py,
+# tests/trainers/test_ray_train.py). Set before any test imports ray.
+os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
+
+# The files whose tests take longest go first: `make test` deals test files to two workers in
+# collection order, and a long file started last would leave one worker idle at the end.
+SLOW_FIRST = ("tests/trainers/", "tests/train/", "tests/storage/", "tests/converters/test_ray.py", "tests/test_docs.py")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    def rank(item) -> int:
+        where = item.nodeid
+        return next((i for i, prefix in enumerate(SLOW_FIRST) if where.startswith(prefix)), len(SLOW_FIRST))
+
+    items.sort(key=rank)  # stable: the order within a file, and of the other files, is kept
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 IMAGEFOLDER = FIXTURES / "imagefolder"
