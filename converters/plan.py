@@ -4,11 +4,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import json
 import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from datapipe.records import NO_FIELDS, Fields
 from datapipe.scan import FolderLayout, ImageFile, scan_folder, scan_labelled
 from datapipe.storage.urls import is_url, redact
 
@@ -27,6 +29,7 @@ class Task:
     key: str
     label: int
     size: int = 0  # bytes on disk (or in the store) when planned
+    fields: Fields = NO_FIELDS  # caption, JSON metadata, multi-labels (known at scan time; small)
 
 
 @dataclass(frozen=True)
@@ -80,8 +83,10 @@ def plan_from_layout(layout: FolderLayout, *, shuffle_seed: int | None, url: str
                 continue
             total += size
             digest.update(f"{split}\0{f.relpath}\0{f.label}\0{size}\n".encode())
+            if f.fields:
+                digest.update(f"{json.dumps(f.fields.to_json(), sort_keys=True)}\n".encode())
             path = f"{url.rstrip('/')}/{f.relpath}" if url else os.fspath(f.path)  # keeps an ArchiveMember
-            tasks.append(Task(split, path, f.relpath, f.key, f.label, size))
+            tasks.append(Task(split, path, f.relpath, f.key, f.label, size, f.fields))
     digest.update("\0".join(layout.classes.classes).encode())
     return Plan(list(layout.classes.classes), tasks, skipped, total, digest.hexdigest())
 

@@ -125,11 +125,11 @@ def _store_one(shard: ShardFile, task: Task, position: int, ctx: ShardContext, r
         if ctx.strict:
             raise StrictStop(redact(f"{task.path}: {exc} (--strict stops at the first bad file)")) from None
         records.skipped.append({"path": task.relpath, "reason": str(exc), "position": position})
-        records.sources.append(file_fingerprint(st, task.key, task.label, raw))
+        records.sources.append(file_fingerprint(st, task.key, task.label, raw, fields=task.fields))
         return 0
-    digest = record_digest(task.key, task.label, data)
-    records.sources.append(file_fingerprint(st, task.key, task.label, raw, (data, digest)))
-    shard.add_record(position, Record(task.key, data, task.label, task.relpath, digest))
+    digest = record_digest(task.key, task.label, data, task.fields)
+    records.sources.append(file_fingerprint(st, task.key, task.label, raw, (data, digest), task.fields))
+    shard.add_record(position, Record(task.key, data, task.label, task.relpath, digest, task.fields))
     records.digests.append(digest)
     records.data_bytes += len(data)
     return len(data)

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from datapipe.headers import BadImageError
-from datapipe.records import record_digest
+from datapipe.records import NO_FIELDS, Fields, record_digest
 
 from .inputs import open_input, reading
 from .members import Member
@@ -63,14 +63,14 @@ def fingerprint(st: os.stat_result, digest: str, now_ns: int | None = None) -> s
 
 
 def file_fingerprint(st: os.stat_result | None, key: str, label: int, raw: bytes,
-                     stored: tuple[bytes, str] | None = None) -> str:
+                     stored: tuple[bytes, str] | None = None, fields: Fields = NO_FIELDS) -> str:
     """The fingerprint of the file of record (key, label) read as `raw`, fstat `st` (None: an object
     in a store, NONE). `stored`: the bytes stored for it and their record digest, which is the
     file's own when they are `raw` itself: no second hash."""
     if st is None:
         return NONE
     reused = stored is not None and stored[0] is raw
-    return fingerprint(st, stored[1] if reused else record_digest(key, label, raw))  # type: ignore[index]
+    return fingerprint(st, stored[1] if reused else record_digest(key, label, raw, fields))  # type: ignore[index]
 
 
 def changed_files(tasks: Iterable[Any], prints: Iterable[str]) -> list[str]:
@@ -114,4 +114,4 @@ def _stat(path: str) -> StatKey | None:
 def _digest(task: Any) -> str:
     """The task's file (or member) as it is now: its record digest, cut as fingerprints keep it."""
     with open_input(task.path) as fh:
-        return record_digest(task.key, task.label, fh.read())[:DIGEST_CHARS]
+        return record_digest(task.key, task.label, fh.read(), task.fields)[:DIGEST_CHARS]

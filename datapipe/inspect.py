@@ -66,7 +66,7 @@ def verify(path: str | Path, *, progress: bool = True, sha256: str | None = None
             except Exception as exc:  # a damaged store raises from its library: report, go on
                 report.problems.append(redact(f"split {split!r} record {i}: unreadable ({type(exc).__name__}: {exc})"))
                 continue
-            digest = record_digest(rec.key, rec.label, rec.data)
+            digest = record_digest(rec.key, rec.label, rec.data, rec.fields)
             if digest != rec.sha256:
                 report.problems.append(f"split {split!r} record {i} (key {rec.key}, from {rec.path}): "
                                        "checksum mismatch, its stored bytes, label or key changed")

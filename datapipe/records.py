@@ -32,23 +32,73 @@ class Sample(NamedTuple):
     label: int
 
 
+class Fields(NamedTuple):
+    """What a record carries beside its image and class: a caption (`text`), JSON metadata (`meta`, a
+    JSON object's text, canonical: `canonical_meta`) and multi-label targets (`labels`, class ids,
+    sorted, unique). None: the record has no such field."""
+
+    text: str | None = None
+    meta: str | None = None
+    labels: tuple[int, ...] | None = None
+
+    def __bool__(self) -> bool:
+        return any(v is not None for v in self)
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields a record has, as a JSON object (those it lacks left out)."""
+        return {name: list(v) if name == "labels" else v for name, v in zip(self._fields, self) if v is not None}
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any] | None) -> "Fields":
+        if not body:
+            return NO_FIELDS
+        labels = body.get("labels")
+        return cls(body.get("text"), body.get("meta"), None if labels is None else tuple(int(x) for x in labels))
+
+
+NO_FIELDS = Fields()
+FIELD_NAMES = Fields._fields  # what a dataset may carry beside image and label, in this order
+
+
+def canonical_meta(meta: Any) -> str:
+    """A record's JSON metadata as stored: an object, keys sorted, compact, UTF-8 kept."""
+    if isinstance(meta, (str, bytes)):
+        meta = json.loads(meta)
+    if not isinstance(meta, dict):
+        raise ValueError(f"metadata must be a JSON object, got a JSON {type(meta).__name__}")
+    return json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def multi_labels(labels: Any, classes: int | None = None) -> tuple[int, ...]:
+    """Multi-label targets as stored: class ids sorted and unique; a ValueError names one out of range."""
+    ids = tuple(sorted({int(x) for x in labels}))
+    bad = [i for i in ids if i < 0 or (classes is not None and i >= classes)]
+    if bad:
+        raise ValueError(f"label {bad[0]} is not a class id (0..{(classes or 0) - 1})")
+    return ids
+
+
 class Record(NamedTuple):
-    """A sample plus the metadata stored beside it (original relative path, record digest)."""
+    """A sample plus the metadata stored beside it (original relative path, record digest) and the
+    record's other fields (caption, JSON metadata, multi-label targets), if any."""
 
     key: str
     data: bytes
     label: int
     path: str
     sha256: str
+    fields: Fields = NO_FIELDS
 
     @property
     def sample(self) -> Sample:
         return Sample(self.key, self.data, self.label)
 
 
-def record_digest(key: str, label: int, data: bytes) -> str:
-    """sha256 over key, label and bytes: a change to any of them changes the digest."""
-    h = hashlib.sha256(f"{key}\0{label}\0".encode())
+def record_digest(key: str, label: int, data: bytes, fields: Fields = NO_FIELDS) -> str:
+    """sha256 over key, label, the other fields and the bytes: a change to any of them changes the
+    digest. A record without other fields has the digest it had before fields existed."""
+    extra = f"\1{json.dumps(fields.to_json(), sort_keys=True, ensure_ascii=False)}" if fields else ""
+    h = hashlib.sha256(f"{key}\0{label}{extra}\0".encode())
     h.update(data)
     return h.hexdigest()
 
@@ -93,12 +143,20 @@ class SplitInfo:
     skipped: list[dict[str, str]] = field(default_factory=list)
     shards: list[dict[str, Any]] = field(default_factory=list)
     index: dict[str, Any] = field(default_factory=dict)  # a sharded format's index file: name, bytes, sha256
+    fields: list[str] = field(default_factory=list)  # FIELD_NAMES some record of the split carries
 
     def add(self, record: Record) -> None:
         """Count one stored record and extend the chain."""
         self.samples += 1
         self.bytes += len(record.data)
         self.digest = chain_digest(self.digest, record.sha256)
+        if record.fields:
+            self.note_fields(record.fields)
+
+    def note_fields(self, fields: Fields) -> None:
+        """Add the names of the fields `fields` has to the split's list (in FIELD_NAMES order)."""
+        have = set(self.fields) | {name for name, v in zip(FIELD_NAMES, fields) if v is not None}
+        self.fields = [name for name in FIELD_NAMES if name in have]
 
 
 @dataclass

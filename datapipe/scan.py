@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
-from .records import ClassIndex
+from .records import NO_FIELDS, ClassIndex, Fields
 from .storage.urls import is_url
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,7 @@ class ImageFile:
     label: int
     key: str
     size: int | None = None  # known from a store's listing; None: stat the file
+    fields: Fields = NO_FIELDS  # caption, JSON metadata, multi-labels found beside it (records.Fields)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from ..durable import atomic_write, fsync_file  # fsync_file: for the writers here and the converters
-from ..records import MANIFEST_NAME, Manifest, Record, Sample
+from ..records import MANIFEST_NAME, Fields, Manifest, Record, Sample
 from ..storage import Location, StoreError, redact
 from ..storage.urls import is_url
 
@@ -106,6 +106,7 @@ class Dataset(abc.ABC):
     shuffled_at_write = False  # records were shuffled across shards when written (datapipe's .wds)
     identity: Identity | None = None  # a packed local dataset's: checked where each process opens it
     fingerprint: str | None = None  # what resume positions point at (Manifest.content_digest); None: unknown
+    fields: tuple[str, ...] = ()  # records.FIELD_NAMES its records carry beside image and label (record(i).fields)
 
     def __init__(self, path: Path | str, *, split: str, classes: list[str], size: int) -> None:
         self.path: Path | str = path if is_url(path) else Path(path)  # a URL stays a string
@@ -227,10 +228,12 @@ def unpack_record(blob: bytes) -> Record:
 
 def record_meta(record: Record) -> bytes:
     """The JSON metadata stored beside a record's bytes (everything but the bytes)."""
-    return json.dumps({"key": record.key, "label": record.label, "path": record.path,
-                       "sha256": record.sha256}, separators=(",", ":")).encode()
+    body = {"key": record.key, "label": record.label, "path": record.path, "sha256": record.sha256}
+    if record.fields:
+        body["fields"] = record.fields.to_json()
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def record_from_meta(meta: bytes, data: bytes) -> Record:
     m = json.loads(meta)
-    return Record(m["key"], data, int(m["label"]), m["path"], m["sha256"])
+    return Record(m["key"], data, int(m["label"]), m["path"], m["sha256"], Fields.from_json(m.get("fields")))
