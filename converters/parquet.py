@@ -1,8 +1,10 @@
 """`datapipe convert data/ out.wds` from Parquet files in the Hugging Face Hub's layout.
 
 The layout (splits from the file names, the image and label columns, the class names from the
-schema's metadata, label -1 for a split without labels) is datapipe.formats.parquet's. A caption
-column is not carried (records have no text field yet).
+schema's metadata, label -1 for a split without labels) is datapipe.formats.parquet's, and so are the
+fields beside them: a caption column (`caption`/`text`) becomes each record's `Fields.text`, a
+multi-label column (`Sequence(ClassLabel)`, or `labels` holding id lists) its `Fields.labels`; both
+are small and read here, at plan time, so the plan's fingerprint and the record digests cover them.
 
 The plan reads only each file's footer and its label column. Each row becomes a task whose path is a
 `ParquetRow` (converters.members): workers read its row group when they first need one of its rows
@@ -20,10 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from datapipe.formats.parquet import (UNLABELED, HubFile, class_names, pyarrow, read_hub_file, row_group_images,
-                                      split_of)
+from datapipe.formats.parquet import (UNLABELED, HubFile, class_names, pyarrow, read_hub_file, record_fields,
+                                      row_fields, row_group_images, split_of)
 from datapipe.headers import BadImageError
-from datapipe.records import ClassIndex
+from datapipe.records import NO_FIELDS, ClassIndex
 from datapipe.scan import SPLIT_NAMES, FolderLayout, ImageFile, make_key
 
 from .members import Member
@@ -112,24 +114,43 @@ def parquet_files(src: str | Path) -> list[Path] | None:
 
 def _rows(info: HubFile, root: Path, classes: ClassIndex, taken: set[str],
           skipped: list[dict[str, str]]) -> list[list[ImageFile]]:
-    """Each row group's rows of one file as ImageFiles; rows with a label outside the classes go to
-    `skipped`."""
+    """Each row group's rows of one file as ImageFiles, with their caption and multi-labels; rows
+    with a label outside the classes go to `skipped`."""
     rel = info.path.relative_to(root).as_posix() if info.path != root else info.path.name
     stem = rel[: -len(".parquet")] if rel.lower().endswith(".parquet") else rel
+    texts, ids = _file_fields(info)
     out, first = [], 0
     for group, (rows, size) in enumerate(info.groups):
         files = []
         for row in range(first, first + rows):
             label, relpath = info.labels[row], f"{rel}#row {row}"
+            try:
+                fields = record_fields(texts[row], ids[row], info, len(classes)) if info.fields else NO_FIELDS
+            except ValueError as exc:  # a multi-label id outside the classes
+                skipped.append({"path": relpath, "reason": str(exc)})
+                continue
             if not (label == UNLABELED or 0 <= label < len(classes)):
                 skipped.append({"path": relpath, "reason": f"label {label} is not a class id (0..{len(classes) - 1})"})
                 continue
             path = ParquetRow(str(info.path), group, first, row, info.image)
             files.append(ImageFile(path, relpath, label, make_key(f"{stem}/{row:08d}", taken),  # type: ignore[arg-type]
-                                   max(1, size // max(1, rows))))
+                                   max(1, size // max(1, rows)), fields))
         out.append(files)
         first += rows
     return out
+
+
+def _file_fields(info: HubFile) -> tuple[list, list]:
+    """The captions and multi-label id lists of every row of the file (empty when it has neither);
+    a ValueError (one line) when they cannot be read."""
+    if not info.fields:
+        return [], []
+    pa, _ = pyarrow()
+    try:
+        return row_fields(info.path, info)
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(f"{info.path}: its {' and '.join(info.fields)} column(s) cannot be read "
+                         f"({str(exc).splitlines()[0]}); a truncated download? Fetch it again") from None
 
 
 def scan_parquet(src: str | Path, *, split: str | None = None, shuffle_seed: int | None = None) -> FolderLayout | None:

@@ -10,6 +10,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from datapipe.formats.tar import BLOCK, padded
 from datapipe.records import NO_FIELDS, Fields
 from datapipe.scan import FolderLayout, ImageFile, scan_folder, scan_labelled
 from datapipe.storage.urls import is_url, redact
@@ -17,6 +18,7 @@ from datapipe.storage.urls import is_url, redact
 from .imagenet import scan_imagenet
 from .inputs import unreadable_reason
 from .parquet import scan_parquet
+from .tar_shards import scan_tar_shards
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,12 @@ def make_plan(src: str | Path, *, labels: str | Path | None = None, layout: str 
     """Scan `src` (ImageNet layout, or flat with a labels CSV; a folder or an object-store prefix)
     and order what will be written. A folder holding ImageNet's downloaded archives (or Kaggle's
     ImageNet) is converted from them without extracting them (converters.imagenet); a Parquet file
-    or a folder of them (the Hugging Face Hub's layout) row by row (converters.parquet)."""
+    or a folder of them (the Hugging Face Hub's layout) row by row (converters.parquet); other tools'
+    WebDataset shards (img2dataset's output folder, a brace pattern) member by member (converters.tar_shards)."""
     if labels is None and layout == "auto" and not is_url(src):
+        shards = scan_tar_shards(src, split=split)  # before Parquet: img2dataset's .parquet sidecars hold no images
+        if shards is not None:
+            return plan_from_layout(shards, shuffle_seed=shuffle_seed)
         rows = scan_parquet(src, split=split, shuffle_seed=shuffle_seed)  # shuffled by row group, not here
         if rows is not None:
             return plan_from_layout(rows, shuffle_seed=None)
@@ -129,6 +135,17 @@ def only_split(scanned: FolderLayout, split: str | None) -> FolderLayout:
 RECORD_OVERHEAD = 7 * 512  # a .wds sample's four tar headers and three small padded members
 
 
+def record_bytes(task: Task) -> int:
+    """The planned size of a task's .wds sample: its file, RECORD_OVERHEAD and, for a record with
+    other fields, their JSON in its `.json` member and the caption's `.txt` member (header and bytes)."""
+    if not task.fields:
+        return task.size + RECORD_OVERHEAD
+    extra = padded(len(json.dumps(task.fields.to_json(), separators=(",", ":"))) + len(',"fields":'))
+    if task.fields.text is not None:
+        extra += BLOCK + padded(len(task.fields.text.encode("utf-8")))
+    return task.size + RECORD_OVERHEAD + extra
+
+
 @dataclass(frozen=True)
 class ShardJob:
     """One output shard fixed before any work starts: consecutive tasks of one split. `first` is the
@@ -146,7 +163,7 @@ class ShardJob:
 
     @property
     def planned_bytes(self) -> int:
-        return sum(t.size + RECORD_OVERHEAD for t in self.tasks)
+        return sum(map(record_bytes, self.tasks))
 
 
 def shard_jobs(plan: Plan, shard_bytes: int) -> list[ShardJob]:
@@ -157,7 +174,7 @@ def shard_jobs(plan: Plan, shard_bytes: int) -> list[ShardJob]:
     for split, group in itertools.groupby(plan.tasks, key=lambda t: t.split):
         tasks, cuts, total = list(group), [0], 0
         for i, task in enumerate(tasks):
-            size = task.size + RECORD_OVERHEAD
+            size = record_bytes(task)
             if i > cuts[-1] and total + size > shard_bytes:
                 cuts.append(i)
                 total = 0

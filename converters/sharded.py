@@ -27,7 +27,7 @@ from datapipe.records import MANIFEST_NAME, Manifest, SplitInfo, chain_digest
 from .engines import Engine
 from .errors import ConvertError
 from .plan import Plan, ShardJob, shard_jobs
-from .shards import ShardContext, ShardRecords
+from .shards import ShardContext, ShardRecords, field_names
 from .sources import changed_files, name_some
 from .staging import mismatched_arguments
 from .targets import LIST_SUFFIX, Target
@@ -99,6 +99,7 @@ class Merger:
         info.samples += len(records.digests)
         info.bytes += records.data_bytes
         info.skipped += records.skipped
+        info.fields = field_names(info.fields, records.fields)
         if records.shard is not None:
             info.shards.append(records.shard)
             self.starts[records.split].append(np.asarray(records.starts, dtype=np.int64))

@@ -24,14 +24,6 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[unit])
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1000
-    return str(n)
-
-
 def _add_convert(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", help="pack an image folder into LMDB (.lmdb), HDF5 (.h5) or WebDataset (.wds)")
     p.add_argument("src", help="image folder: SRC/CLASS/* or SRC/SPLIT/CLASS/*, or flat with --labels; or a folder "
@@ -77,6 +69,8 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
 def _run_convert(args: argparse.Namespace) -> int:
     from converters import ConvertOptions, convert
 
+    from .inspect import human_size as _human
+
     if args.quality is not None and args.resize_max is None:
         raise ValueError("--quality sets the JPEG quality of --resize-max's re-encode and does nothing alone: add "
                          "--resize-max N (an N above every image's shorter side, e.g. 4096, re-encodes without "
@@ -108,17 +102,10 @@ def _run_convert(args: argparse.Namespace) -> int:
 
 
 def _run_info(args: argparse.Namespace) -> int:
-    from .inspect import describe
+    from .inspect import describe, info_lines
 
     body = describe(args.path)
-    if args.json:
-        print(json.dumps(body, indent=2))
-        return 0
-    print(f"{body['path']}: {body['format']}, {len(body['classes'])} classes")
-    for name, s in body["splits"].items():
-        extra = f", {_human(s['bytes'])}" if "bytes" in s else ""
-        extra += f", {s['shards']} shards" if s.get("shards") else ""
-        print(f"  {name}: {s['samples']} samples{extra}, {len(s['skipped'])} skipped")
+    print(json.dumps(body, indent=2) if args.json else "\n".join(info_lines(body)))
     return 0
 
 

@@ -9,7 +9,7 @@ from tqdm import tqdm
 
 from .formats import open_dataset, read_manifest
 from .formats.trusted import check_sha256
-from .records import CHAIN_START, chain_digest, record_digest
+from .records import CHAIN_START, SplitInfo, chain_digest, record_digest
 from .scan import scan_folder
 from .storage import is_url, redact
 
@@ -22,15 +22,45 @@ def describe(path: str | Path) -> dict[str, Any]:
         open_dataset(path)  # raises the right error for an interrupted or foreign path
         layout = scan_folder(path)
         return {"format": "folder", "path": str(path), "classes": list(layout.classes.classes),
-                "splits": {s: {"samples": len(f), "skipped": layout.skipped.get(s, [])}
+                "splits": {s: {"samples": len(f), "skipped": layout.skipped.get(s, []), "fields": _carried(f)}
                            for s, f in layout.splits.items()}}
     body = {"path": redact(path), "format": manifest.format, "version": manifest.version,
             "classes": manifest.classes, "created": manifest.created, "seconds": manifest.seconds,
             "arguments": manifest.arguments, "errors": manifest.errors, "splits": {}}
     for name, info in manifest.splits.items():
         body["splits"][name] = {"samples": info.samples, "bytes": info.bytes, "digest": info.digest,
-                                "skipped": info.skipped, "shards": len(info.shards)}
+                                "skipped": info.skipped, "shards": len(info.shards), "fields": list(info.fields)}
     return body
+
+
+def _carried(files: list[Any]) -> list[str]:
+    """The FIELD_NAMES some of a folder split's scanned images carry (their sidecars)."""
+    info = SplitInfo()
+    for f in files:
+        if f.fields:
+            info.note_fields(f.fields)
+    return info.fields
+
+
+def human_size(n: float) -> str:
+    """A byte count for people: 512 B, 1.5 KB, 2.3 GB (powers of 1000)."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return str(n)
+
+
+def info_lines(body: dict[str, Any]) -> list[str]:
+    """`datapipe info`'s text from `describe`'s dict: format and classes, then each split's counts,
+    size, shards and the fields its records carry besides image and label (when they carry some)."""
+    lines = [f"{body['path']}: {body['format']}, {len(body['classes'])} classes"]
+    for name, s in body["splits"].items():
+        extra = f", {human_size(s['bytes'])}" if "bytes" in s else ""
+        extra += f", {s['shards']} shards" if s.get("shards") else ""
+        carried = f", fields: {', '.join(s['fields'])}" if s.get("fields") else ""
+        lines.append(f"  {name}: {s['samples']} samples{extra}, {len(s['skipped'])} skipped{carried}")
+    return lines
 
 
 @dataclass

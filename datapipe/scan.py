@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import json
 import logging
 import os
 import re
 from collections import defaultdict
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
-from .records import NO_FIELDS, ClassIndex, Fields
+from .records import NO_FIELDS, ClassIndex, Fields, canonical_meta
 from .storage.urls import is_url
 
 log = logging.getLogger(__name__)
@@ -25,6 +27,7 @@ SPLIT_NAMES = ("train", "training", "val", "valid", "validation", "test", "testi
 LAYOUTS = ("auto", "classes", "splits")
 _KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 _KEY_MAX = 80
+SIDECARS = {".txt": "text", ".json": "meta"}  # NAME.txt (caption), NAME.json (metadata) beside NAME.jpg
 
 
 @dataclass(frozen=True)
@@ -73,10 +76,12 @@ def make_key(relpath: str, taken: set[str]) -> str:
     return unique
 
 
-def walk_relpaths(folder: str | Path, unreadable: list[str] | None = None) -> list[tuple[str, str]]:
+def walk_relpaths(folder: str | Path, unreadable: list[str] | None = None,
+                  sidecars: set[str] | None = None) -> list[tuple[str, str]]:
     """(subfolder relative to `folder`, file name) of the image files under `folder` in ImageFolder's
     order, following symlinks without looping: two strings a file, no Path objects (1.28M files).
-    Folders that cannot be listed are added to `unreadable` (their files would vanish unseen)."""
+    Folders that cannot be listed are added to `unreadable` (their files would vanish unseen); the
+    kinds of sidecar found beside an image ("text", "meta") to `sidecars`."""
     found: list[tuple[str, str]] = []
     seen: set[str] = set()
     folder = os.fspath(folder)
@@ -91,34 +96,98 @@ def walk_relpaths(folder: str | Path, unreadable: list[str] | None = None) -> li
         sub = os.path.relpath(root, folder)
         sub = "" if sub == "." else sub
         found.extend((sub, f) for f in sorted(files) if is_image_name(f))
+        if sidecars is not None:
+            sidecars |= sidecar_kinds(files)
     found.sort()
     return found
 
 
-def walk_images(folder: Path, unreadable: list[str] | None = None) -> list[Path]:
+def walk_images(folder: Path, unreadable: list[str] | None = None, sidecars: set[str] | None = None) -> list[Path]:
     """Image files under `folder` in ImageFolder's order, following symlinks without looping."""
-    return [Path(folder, sub, name) for sub, name in walk_relpaths(folder, unreadable)]
+    return [Path(folder, sub, name) for sub, name in walk_relpaths(folder, unreadable, sidecars)]
+
+
+def sidecar_kinds(names: Collection[str]) -> set[str]:
+    """The kinds of sidecar ("text", "meta") among one folder's file `names` that lie beside an image
+    of the same stem (`notes.txt` alone is no caption)."""
+    side = [os.path.splitext(n) for n in names if n.endswith((".txt", ".json"))]
+    if not side:
+        return set()
+    stems = {os.path.splitext(n)[0] for n in names if is_image_name(n)}
+    return {SIDECARS[ext] for stem, ext in side if stem in stems}
+
+
+def read_optional(path: str) -> bytes | None:
+    """A file's bytes, or None when there is no such file."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def caption_text(raw: bytes, where: str) -> str:
+    """A caption file's text: UTF-8, one trailing newline (\\n or \\r\\n) dropped."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"caption {where} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
+
+
+def meta_text(raw: bytes, where: str) -> str:
+    """A metadata file's JSON object, canonical (records.canonical_meta)."""
+    try:
+        return canonical_meta(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"metadata {where} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"metadata {where} is not valid JSON ({exc}); fix or remove it") from None
+    except (ValueError, RecursionError) as exc:  # not an object, or nested past Python's recursion limit
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def read_sidecars(image: str, where: str, kinds: Collection[str],
+                  read: Callable[[str], bytes | None] = read_optional) -> Fields:
+    """The caption and metadata beside `image` (NAME.txt, NAME.json; only the `kinds` a scan found
+    in its folder are looked for), read by `read`; a ValueError names a bad one by `where`, the
+    image's relative path with the sidecar's extension."""
+    stem, shown = os.path.splitext(image)[0], os.path.splitext(where)[0]
+    values: dict[str, str] = {}
+    for ext, kind in SIDECARS.items():
+        if kind not in kinds:
+            continue
+        try:
+            raw = read(stem + ext)
+        except OSError as exc:
+            raise ValueError(f"{shown}{ext} cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+        if raw is not None:
+            values[kind] = (caption_text if kind == "text" else meta_text)(raw, shown + ext)
+    return Fields(values.get("text"), values.get("meta")) if values else NO_FIELDS
 
 
 UNREADABLE_FOLDER = "folder cannot be listed (permission denied?): the images in it are not in the dataset"
 
 
 class DiskTree:
-    """A folder on disk, as the scan sees it; `unreadable`: the folders it could not list."""
+    """A folder on disk, as the scan sees it; `unreadable`: the folders it could not list; `sidecars`:
+    per folder walked, the kinds of sidecar found beside its images."""
 
     sizes: dict[str, int] | None = None
+    read_sidecar = staticmethod(read_optional)
 
     def __init__(self) -> None:
         self.unreadable: list[str] = []
+        self.sidecars: dict[str, set[str]] = {}
 
     def subdirs(self, folder: Any) -> list[str]:
         return sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
 
     def images(self, folder: Any) -> list[Path]:
-        return walk_images(folder, self.unreadable)
+        return walk_images(folder, self.unreadable, self.sidecars.setdefault(str(folder), set()))
 
     def relpaths(self, folder: Any) -> list[tuple[str, str]]:
-        return walk_relpaths(folder, self.unreadable)
+        return walk_relpaths(folder, self.unreadable, self.sidecars.setdefault(str(folder), set()))
 
     def unreadable_under(self, root: Path, split_dir: Path) -> list[dict[str, str]]:
         """Skipped entries for the folders under `split_dir` that could not be listed."""
@@ -131,8 +200,10 @@ class StoreTree:
     """Object names under a store prefix seen as a folder tree rooted at "/" (name -> size), indexed
     once by folder: ImageNet's 1.28M names scan in one pass, not one pass per class."""
 
-    def __init__(self, sizes: dict[str, int]) -> None:
+    def __init__(self, sizes: dict[str, int], read: Callable[[str], bytes] | None = None) -> None:
         self.sizes = sizes
+        self._read = read  # an object's bytes by name (the sidecars a scan reads)
+        self.sidecars: dict[str, set[str]] = {}
         self._files: dict[PurePosixPath, list[PurePosixPath]] = defaultdict(list)
         self._dirs: dict[PurePosixPath, set[str]] = defaultdict(set)
         root = PurePosixPath("/")
@@ -148,12 +219,17 @@ class StoreTree:
         return sorted(name for name in self._dirs.get(folder, ()) if not name.startswith("."))
 
     def images(self, folder: PurePosixPath) -> list[PurePosixPath]:
-        found, todo = [], [folder]
+        found, todo, kinds = [], [folder], self.sidecars.setdefault(str(folder), set())
         while todo:
             here = todo.pop()
             found += [p for p in self._files.get(here, ()) if is_image_name(p.name)]
+            kinds |= sidecar_kinds([p.name for p in self._files.get(here, ())])
             todo += [here / name for name in self._dirs.get(here, ())]
         return sorted(found, key=lambda p: (str(p.parent), p.name))
+
+    def read_sidecar(self, path: str) -> bytes | None:
+        """The object at `path` ("/" + its name), or None when the listing has none."""
+        return None if path[1:] not in self.sizes or self._read is None else self._read(path[1:])
 
 
 def detect_layout(root: Path, tree: DiskTree | StoreTree = DiskTree()) -> str:
@@ -165,16 +241,24 @@ def _split_class_files(split_dir: Any, tree: DiskTree | StoreTree) -> dict[str, 
     return {name: tree.images(split_dir / name) for name in tree.subdirs(split_dir)}
 
 
-def _label_files(root: Any, split_dir: Any, files_by_class: dict[str, list[Any]],
-                 classes: ClassIndex, sizes: dict[str, int] | None) -> list[ImageFile]:
+def _label_files(root: Any, split_dir: Any, files_by_class: dict[str, list[Any]], classes: ClassIndex,
+                 tree: DiskTree | StoreTree, skipped: list[dict[str, str]]) -> list[ImageFile]:
+    """Each file's ImageFile, its sidecars read; a file whose sidecar is bad goes to `skipped`."""
     taken: set[str] = set()
     out = []
     for name, files in files_by_class.items():
-        label = classes.label(name)
+        label, kinds = classes.label(name), tree.sidecars.get(str(split_dir / name), set())
         for path in files:
             key = make_key(printable(path.relative_to(split_dir).as_posix()), taken)
             relpath = path.relative_to(root).as_posix()
-            out.append(ImageFile(path, printable(relpath), label, key, None if sizes is None else sizes[relpath]))
+            shown, fields = printable(relpath), NO_FIELDS
+            if kinds:
+                try:
+                    fields = read_sidecars(str(path), shown, kinds, tree.read_sidecar)
+                except ValueError as exc:
+                    skipped.append({"path": shown, "reason": str(exc)})
+                    continue
+            out.append(ImageFile(path, shown, label, key, None if tree.sizes is None else tree.sizes[relpath], fields))
     return out
 
 
@@ -190,7 +274,8 @@ def _tree(root: str | Path) -> tuple[Any, DiskTree | StoreTree]:
     if is_url(root):
         from .storage import RemoteStore
 
-        return PurePosixPath("/"), StoreTree(RemoteStore(str(root)).list())
+        store = RemoteStore(str(root))
+        return PurePosixPath("/"), StoreTree(store.list(), store.read)
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"{root} is not a folder; expected an image folder laid out as {root}/CLASS/*.jpg")
@@ -242,19 +327,25 @@ def scan_folder(root: str | Path, *, layout: str = "auto", split: str = "train")
         if isinstance(tree, DiskTree):
             skipped[name] += tree.unreadable_under(root, split_dirs[name])
         known = {c: f for c, f in files_by_class.items() if c in classes}
-        splits[name] = _label_files(root, split_dirs[name], known, classes, tree.sizes)
+        splits[name] = _label_files(root, split_dirs[name], known, classes, tree, skipped[name])
     return FolderLayout(root, classes, splits, skipped)
 
 
-def scan_split_compact(root: Path, split: str = "train") -> tuple[ClassIndex, list[str], Iterator[tuple[bytes, str, int]]]:
+def scan_split_compact(root: Path, split: str = "train", sidecars: set[str] | None = None,
+                       ) -> tuple[ClassIndex, list[str], Iterator[tuple[bytes, str, int]]]:
     """A folder on disk scanned as scan_folder does (same files, order, labels and keys) for one
     split, without its ~1 KB of objects a file: the classes, the splits found, and for each of the
-    split's files (its path relative to `root` as the filesystem spells it, its key, its label)."""
+    split's files (its path relative to `root` as the filesystem spells it, its key, its label).
+    The kinds of sidecar ("text", "meta") found beside the split's images are added to `sidecars`."""
     root, tree = _tree(root)
     split_dirs = _split_dirs(root, tree, "auto", split)
     by_split = _with_images({name: {c: tree.relpaths(d / c) for c in tree.subdirs(d)}
                              for name, d in split_dirs.items()}, root)
     classes = _class_index(by_split)
+    if sidecars is not None and split in by_split:
+        for name in by_split[split]:
+            if name in classes:
+                sidecars |= tree.sidecars.get(str(split_dirs[split] / name), set())
     for entry in tree.unreadable_under(root, split_dirs[split]) if split in split_dirs else ():
         log.warning("%s: %s", entry["path"], entry["reason"])
 
@@ -288,13 +379,20 @@ def scan_labelled(root: str | Path, labels_csv: str | Path, *, split: str = "val
     classes = ClassIndex(sorted(set(wanted.values())))
     tree = DiskTree()
     present = {printable(p.relative_to(root).as_posix()): p for p in tree.images(root)}
+    kinds = tree.sidecars.get(str(root), set())
     taken: set[str] = set()
     files, skipped = [], []
     for relpath, path in present.items():
         if relpath not in wanted:
             skipped.append({"path": relpath, "reason": f"no label in {labels_csv.name}"})
             continue
-        files.append(ImageFile(path, relpath, classes.label(wanted[relpath]), make_key(relpath, taken)))
+        key = make_key(relpath, taken)
+        try:
+            fields = read_sidecars(str(path), relpath, kinds) if kinds else NO_FIELDS
+        except ValueError as exc:
+            skipped.append({"path": relpath, "reason": str(exc)})
+            continue
+        files.append(ImageFile(path, relpath, classes.label(wanted[relpath]), key, fields=fields))
     skipped += [{"path": r, "reason": "listed in the labels file but missing"} for r in wanted if r not in present]
     skipped += tree.unreadable_under(root, root)
     if not files:

@@ -16,7 +16,7 @@ from ..formats import open_dataset
 from ..formats.base import Dataset
 from ..resources import local_world_size
 from ..sharding import READ_AHEAD_SHARDS, EpochPlan, Shard, ShardPlan, resolve_shard
-from .base import Batch, Loader
+from .base import Batch, Loader, batch_type
 from .options import LoaderOptions
 
 log = logging.getLogger("datapipe")
@@ -120,9 +120,13 @@ def make_loader(source: str | Path | Dataset, *, split: str = "train", backend: 
     image_size=224, seed=0, device=None, dtype=torch.float32, channels_last=False, drop_last=False,
     num_workers=None, prefetch_factor=2, pin_memory=None, on_error="skip", sampling="auto",
     cache_dir=None, cache_limit=None, mix_shards=None, batch_format="batch"; "pair" yields (images, labels)
-    for code written for a DataLoader over ImageFolder). `recipe=`: a datapipe.Recipe or a preset name
-    ("deit", "rsb-a3", "ffcv-rn50", "tv-v2"); Recipe fields given as keywords (auto_augment=, re_prob=,
-    mixup_alpha=, ...) change it. `image_size` may be a function of the epoch (datapipe.SizeRamp).
+    for code written for a DataLoader over ImageFolder). `fields=("image", "text")` yields (images, texts,
+    indices): any of "image" (first), "label", "text" (captions: list[str]), "meta" (JSON metadata: list[dict]),
+    "multilabel" (N x classes multi-hot float32), each a field the dataset carries (Dataset.fields);
+    `tokenizer=` (caption -> token ids) runs where samples are decoded and makes texts a LongTensor N x L
+    (a list of 1-D ones when lengths differ); datapipe.batch_type(fields) is the batch's class.
+    `recipe=`: a datapipe.Recipe or a preset name ("deit", "rsb-a3", "ffcv-rn50", "tv-v2"); Recipe fields
+    given as keywords (auto_augment=, re_prob=, mixup_alpha=, ...) change it. `image_size` may be a function of the epoch (datapipe.SizeRamp).
     dtype=torch.uint8 gives un-normalized images. `source` may be a `.wds` URL (s3://, gs://, az://, https://).
     rank and world_size default to torch.distributed's when it is initialized. Call set_epoch(e)
     before each epoch. `sha256`: an LMDB or HDF5 file is opened only if it has this digest (see open_dataset).
@@ -156,4 +160,4 @@ def make_loader(source: str | Path | Dataset, *, split: str = "train", backend: 
     return loader
 
 
-__all__ = ["make_loader", "choose_backend", "Batch", "Loader", "LoaderOptions", "BACKENDS"]
+__all__ = ["make_loader", "choose_backend", "Batch", "Loader", "LoaderOptions", "BACKENDS", "batch_type"]

@@ -17,6 +17,7 @@ from ..sharding import EpochPlan, Shard, ShardPlan
 from ..storage import redact
 from .bad_samples import BadSample, TooManyBadSamples
 from .deaths import WorkerDied
+from .fields import DEFAULT_FIELDS, FieldSpec, batch_class, check_fields, field_spec
 from .options import LoaderOptions
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,12 @@ class Batch(NamedTuple):
     images: torch.Tensor
     labels: torch.Tensor
     indices: torch.Tensor
+
+
+def batch_type(fields: tuple[str, ...] = DEFAULT_FIELDS) -> type:
+    """The class of a loader's batches for `fields`: Batch for the default, else a named tuple of
+    the fields' attributes (field + "s") and `indices` (datapipe.backends.fields)."""
+    return Batch if check_fields(fields) == DEFAULT_FIELDS else batch_class(fields)
 
 
 class EpochSetter:
@@ -93,6 +100,10 @@ class Loader(abc.ABC):
         recipe = options.recipe
         self.stage = BatchStage(recipe, seed=options.seed, num_classes=len(dataset.classes),
                                 normalized=options.dtype != torch.uint8) if recipe.batch_stage and options.train else None
+        # None for the default fields: backends then read samples as before (no record() call, no extra column)
+        spec = field_spec(options.fields, options.tokenizer, dataset, recipe=recipe, train=options.train)
+        self.field_spec: FieldSpec | None = None if spec.default else spec
+        self._field_device = options.torch_device if self.field_spec is not None else None
 
     @property
     def recipe(self) -> Recipe:
@@ -187,20 +198,25 @@ class Loader(abc.ABC):
                              "resume with the recipe it was saved with")
         self.epoch, self._offset, self._served, self._iterated = int(state["epoch"]), self.plan.restore(state), 0, False
 
-    def __iter__(self) -> Iterator[Batch | tuple[torch.Tensor, torch.Tensor]]:
-        """This epoch's batches, as Batch(images, labels, indices), or (images, labels) with
-        batch_format="pair"; a batch counts as served (state_dict) once it is handed out."""
+    def __iter__(self) -> Iterator[Batch | tuple]:
+        """This epoch's batches, as Batch(images, labels, indices) (or the batch of the fields asked
+        for), or the first two fields with batch_format="pair"; a batch counts as served (state_dict)
+        once it is handed out. A backend yields Batch, or (Batch, extra columns) when fields are asked for."""
         if self._iterated:  # iterated before, and neither set_epoch nor load_state_dict since: the next epoch
             self.epoch, self._offset, self._served = self.epoch + 1, self.plan.start, 0
         self._offset, self._served, self._iterated = self.position, 0, True
         self._epoch_bad = 0 if self._offset == self.plan.start else self._epoch_bad
         try:
-            keys, pair = self._repeat_keys(), self.options.batch_format == "pair"
+            keys, pair, spec = self._repeat_keys(), self.options.batch_format == "pair", self.field_spec
             for batch in self._iterate(self.epoch, self._offset):
+                if spec is not None:
+                    batch, columns = batch
                 if self.stage is not None:
                     batch = self._batch_stage(batch, None if keys is None else keys[self._served])
                 self._served += 1
-                yield (batch.images, batch.labels) if pair else batch
+                if spec is not None:
+                    batch = spec.batch(*batch, columns, self._field_device)
+                yield (batch[0], batch[1]) if pair else batch
         except Exception as exc:
             died = None if isinstance(exc, WorkerDied) else self._worker_died(exc)
             if died is None:

@@ -1,6 +1,7 @@
 """torch DataLoader backend: decode + augment to uint8 in worker processes, normalize on the device."""
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import random
@@ -10,6 +11,7 @@ import numpy as np
 import torch
 
 from ..formats.base import Dataset
+from ..records import Fields
 from ..sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan, record_of
 from ..storage.isolate import forks_nothing
 from ..augment.cpu import apply_ops
@@ -19,12 +21,13 @@ from ..geometry import sample_rng
 from ..transforms import decode_view
 from .bad_samples import BadSample, serve_or_substitute
 from .base import Batch, Loader
+from .fields import FieldSpec, check_picklable
 from .options import LoaderOptions
 from .normalize import Normalizer
 from .deaths import DEFERRED, WorkerDied, shield_worker, torch_worker_died, workers_start_deaf
 
 log = logging.getLogger(__name__)
-Decoded = tuple[torch.Tensor, int, int, BadSample | None]
+Decoded = tuple[torch.Tensor, int, int, BadSample | None]  # + the extra fields' values when fields are asked for
 # normalized host batches (a CPU device) kept for reuse: the caller's, the one being made, its
 # float32 step (bf16/fp16), and one a trainer may hold ahead (Lightning's prefetching fetcher)
 KEEP_BATCHES = 4
@@ -35,13 +38,14 @@ Item = tuple[int, int, "tuple[int, ...] | None", int]  # epoch, record, shards t
 
 class DecodedRecords(torch.utils.data.Dataset):
     """(epoch, index, ahead, size) -> (uint8 CHW tensor, label, index served, BadSample or None): the
-    record's view and pixel ops as the planner draws them for the recipe (datapipe.augment.plan).
+    record's view and pixel ops as the planner draws them for the recipe (datapipe.augment.plan);
+    with `fields`, also the served record's values of the extra fields (its caption tokenized here).
 
     A record that cannot be read or decoded raises under on_error="raise" (naming it); under "skip"
     another record, chosen reproducibly, is served in its place so the batch keeps its size."""
 
-    def __init__(self, dataset: Dataset, options: LoaderOptions) -> None:
-        self.dataset = dataset
+    def __init__(self, dataset: Dataset, options: LoaderOptions, fields: FieldSpec | None = None) -> None:
+        self.dataset, self.fields = dataset, fields
         self.train, self.seed, self.recipe, self.transform = options.train, options.seed, options.recipe, options.transform
         self.fill = fill_color(options.recipe)
         self.skip = options.on_error == "skip"
@@ -49,12 +53,14 @@ class DecodedRecords(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def _decode(self, epoch: int, index: int, size: int, key: int) -> tuple[torch.Tensor, int, random.Random]:
-        """Record `index` read and decoded to its view, the part a bad record can fail; and the rng its
-        plan continues from (`key` seeds it: the record, or its repeat's key)."""
-        sample = self.dataset[index]
+    def _decode(self, epoch: int, index: int, size: int, key: int) -> tuple[torch.Tensor, int, random.Random,
+                                                                          Fields | None]:
+        """Record `index` read and decoded to its view, the part a bad record can fail; the rng its plan
+        continues from (`key` seeds it: the record, or its repeat's key); its stored fields when asked for."""
+        sample = self.dataset[index] if self.fields is None else self.dataset.record(index)
         rng = sample_rng(self.seed, epoch, key)
-        return decode_view(sample.data, size, train=self.train, rng=rng, recipe=self.recipe), sample.label, rng
+        pixels = decode_view(sample.data, size, train=self.train, rng=rng, recipe=self.recipe)
+        return pixels, sample.label, rng, None if self.fields is None else sample.fields
 
     def _augment(self, pixels: torch.Tensor, size: int, rng: random.Random) -> torch.Tensor:
         """The planned ops and the user's transform: outside the bad-record policy, so an error here
@@ -71,16 +77,19 @@ class DecodedRecords(torch.utils.data.Dataset):
         if ahead:
             self.dataset.read_ahead(list(ahead))
         index = record_of(key, len(self.dataset))
-        (pixels, label, rng), served, bad = serve_or_substitute(
+        (pixels, label, rng, stored), served, bad = serve_or_substitute(
             lambda i: self._decode(epoch, i, size, key if i == index else i), self.dataset, index, seed=self.seed,
             epoch=epoch, skip=self.skip)
         if self.train:
             pixels = self._augment(pixels, size, rng)
-        return pixels, label, served, bad
+        if self.fields is None:
+            return pixels, label, served, bad
+        return pixels, label, served, bad, self.fields.values(stored)  # outside the policy, as _augment
 
 
-def collate(items: list[Decoded]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[BadSample]]:
-    """Stack the samples (uint8 NCHW) and pass the bad ones (already substituted) on for counting."""
+def collate(items: list[Decoded], fields: FieldSpec | None = None) -> tuple:
+    """Stack the samples (uint8 NCHW) and pass the bad ones (already substituted) on for counting;
+    with `fields`, the extra fields' columns after them."""
     bad = [it[3] for it in items if it[3] is not None]
     first = items[0][0]
     out = None
@@ -90,6 +99,8 @@ def collate(items: list[Decoded]) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     images = torch.stack([g[0] for g in items], out=out)
     labels = torch.tensor([g[1] for g in items], dtype=torch.int64)
     indices = torch.tensor([g[2] for g in items], dtype=torch.int64)
+    if fields is not None:
+        return images, labels, indices, bad, fields.columns([g[4] for g in items])
     return images, labels, indices, bad
 
 
@@ -132,10 +143,13 @@ class ProcessLoader(Loader):
         super().__init__(dataset, plan, options, reason=reason)
         self.device = options.torch_device
         workers = options.workers
+        if workers and options.start_method in ("spawn", "forkserver"):
+            check_picklable(options.tokenizer, f"the DataLoader's workers (start_method={options.start_method!r})")
         self.batch_plan = EpochBatches(plan, read_ahead=READ_AHEAD_SHARDS if dataset.location.remote else 0,
                                        size=options.image_size)
         self.loader = torch.utils.data.DataLoader(
-            DecodedRecords(dataset, options), batch_sampler=self.batch_plan, collate_fn=collate,
+            DecodedRecords(dataset, options, self.field_spec), batch_sampler=self.batch_plan,
+            collate_fn=collate if self.field_spec is None else functools.partial(collate, fields=self.field_spec),
             num_workers=workers, pin_memory=options.pinned, worker_init_fn=_seed_worker,
             prefetch_factor=options.prefetch_factor if workers else None,
             persistent_workers=workers > 0 and options.persistent_workers,
@@ -146,8 +160,9 @@ class ProcessLoader(Loader):
     def _worker_died(self, exc: Exception) -> WorkerDied | None:
         return torch_worker_died(self.backend, exc) if self.options.workers else None
 
-    def host_batches(self, epoch: int, offset: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """uint8 NCHW batches on the host (pinned where CUDA is used), bad samples counted and logged."""
+    def host_batches(self, epoch: int, offset: int) -> Iterator[tuple]:
+        """(images, labels, indices): uint8 NCHW batches on the host (pinned where CUDA is used), bad
+        samples counted and logged; the extra fields' columns after them when fields are asked for."""
         self.batch_plan.epoch, self.batch_plan.offset, self.batch_plan.size = epoch, offset, self.image_size_at(epoch)
         with DEFERRED.fetch(), workers_start_deaf():  # a persistent worker may have died since the last epoch
             batches = iter(self.loader)
@@ -158,16 +173,22 @@ class ProcessLoader(Loader):
                 batch = next(batches, None)
             if batch is None:
                 return
-            images, labels, indices, bad = batch
+            images, labels, indices, bad, *columns = batch
             self.count_bad(bad)
-            yield images, labels, indices
+            yield images, labels, indices, *columns
 
     def to_device(self, images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor) -> Batch:
         return self.normalize.batch(images, labels, indices)
 
-    def _iterate(self, epoch: int, offset: int) -> Iterator[Batch]:
+    def device_batch(self, host: tuple) -> Batch | tuple[Batch, dict]:
+        """A host batch on the device; with fields, (that Batch, the extra fields' columns)."""
+        if self.field_spec is None:
+            return self.to_device(*host)
+        return self.to_device(*host[:3]), host[3]
+
+    def _iterate(self, epoch: int, offset: int) -> Iterator[Batch | tuple[Batch, dict]]:
         try:
             for host in self.host_batches(epoch, offset):
-                yield self.to_device(*host)
+                yield self.device_batch(host)
         finally:
             self.normalize.release()

@@ -9,6 +9,7 @@ import torch
 from ..augment.recipe import Recipe
 from ..devices import rank_device
 from ..resources import cpus_per_rank
+from .fields import DEFAULT_FIELDS, check_fields
 
 ON_ERROR = ("skip", "raise")
 START_METHODS = ("fork", "spawn", "forkserver")
@@ -44,8 +45,16 @@ class LoaderOptions:
     recipe: Recipe = Recipe(name="default")  # the augmentation (datapipe.augment); make_loader resolves names
     transform: Any = None  # your own per-record transform after the recipe (datapipe.augment.custom)
     batch_format: str = "batch"  # one of BATCH_FORMATS
+    fields: tuple[str, ...] = DEFAULT_FIELDS  # what a batch carries (datapipe.backends.fields): ("image", "text")...
+    tokenizer: Any = None  # caption -> token ids, run where samples are decoded; needs "text" in fields
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "fields", check_fields(self.fields))
+        if self.tokenizer is not None and (not callable(self.tokenizer) or "text" not in self.fields):
+            raise ValueError(f"tokenizer= must be a callable on one caption and needs 'text' in fields; got "
+                             f"tokenizer={self.tokenizer!r}, fields={self.fields}")
+        if self.batch_format == "pair" and len(self.fields) < 2:
+            raise ValueError(f"batch_format='pair' yields the first two fields; fields={self.fields} has one: add one")
         if self.mix_shards is not None and (not isinstance(self.mix_shards, int) or self.mix_shards < 1):
             raise ValueError(f"mix_shards must be an int >= 1 (1: shard by shard) or None, got {self.mix_shards!r}")
         if self.batch_format not in BATCH_FORMATS:

@@ -16,7 +16,7 @@ class PrefetchLoader(ProcessLoader):
 
     backend = "prefetch"
 
-    def _iterate(self, epoch: int, offset: int) -> Iterator[Batch]:
+    def _iterate(self, epoch: int, offset: int) -> Iterator[Batch | tuple[Batch, dict]]:
         cuda = self.device.type == "cuda"
         stream = torch.cuda.Stream(device=self.device) if cuda else None
         current = torch.cuda.current_stream(self.device) if cuda else None
@@ -24,12 +24,13 @@ class PrefetchLoader(ProcessLoader):
         try:
             for host in self.host_batches(epoch, offset):
                 with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
-                    upcoming = self.to_device(*host)
+                    upcoming = self.device_batch(host)
                 if ready is not None:
                     yield ready  # the caller queues its step on the current stream before we return here
                 if cuda:
                     current.wait_stream(stream)  # upcoming's copy + normalize precede any use of it
-                    for tensor in (upcoming.images, upcoming.labels):  # indices stay on the host
+                    batch = upcoming if self.field_spec is None else upcoming[0]
+                    for tensor in (batch.images, batch.labels):  # indices stay on the host
                         tensor.record_stream(current)  # its memory is not reused while current may read it
                 ready = upcoming
             if ready is not None:

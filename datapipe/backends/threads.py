@@ -76,8 +76,9 @@ def copy_row(row: torch.Tensor, pixels: torch.Tensor) -> None:
 
 class BatchJob:
     """One batch being filled: its images (a ring slot's buffer, or a new output batch when there is
-    no slot) and how a sample is written there; each sample's label, served index and BadSample, the
-    first error raised, and an event set once every sample is done."""
+    no slot) and how a sample is written there; each sample's label, served index, BadSample and
+    extra fields' values (when fields are asked for), the first error raised, and an event set once
+    every sample is done."""
 
     def __init__(self, images: torch.Tensor, write: Callable[[torch.Tensor, torch.Tensor], None],
                  items: list[Item], slot: Slot | None = None) -> None:
@@ -85,6 +86,7 @@ class BatchJob:
         size = len(items)
         self.labels, self.served = [0] * size, [0] * size
         self.bad: list[BadSample | None] = [None] * size
+        self.values: list[tuple | None] = [None] * size
         self.error: BaseException | None = None
         self.done = threading.Event()
         self._left, self._lock = size, threading.Lock()
@@ -92,7 +94,9 @@ class BatchJob:
     def fill(self, records: DecodedRecords, k: int) -> None:
         """Decode sample k into its row of the buffer (run by a decode thread)."""
         try:
-            pixels, self.labels[k], self.served[k], self.bad[k] = records[self.items[k]]
+            pixels, self.labels[k], self.served[k], self.bad[k], *values = records[self.items[k]]
+            if values:
+                self.values[k] = values[0]
             self.write(self.images[k], pixels)
         except BaseException as exc:  # everything reaches the consumer, which raises it
             exc.add_note(f"(in thread {threading.current_thread().name}, serving record {self.items[k][1]})")
@@ -220,7 +224,7 @@ class ThreadLoader(Loader):
                               for _ in range(o.prefetch_factor + 1)])
 
     def _records(self) -> DecodedRecords:
-        return DecodedRecords(thread_view(self.dataset), self.options)
+        return DecodedRecords(thread_view(self.dataset), self.options, self.field_spec)
 
     def _prime(self) -> None:
         """Open this process's shared handles (LMDB's one environment per path) before threads race to,
@@ -233,7 +237,7 @@ class ThreadLoader(Loader):
             except Exception:  # a bad record 0 is the on_error policy's business, when it is served
                 pass
 
-    def _iterate(self, epoch: int, offset: int) -> Iterator[Batch]:
+    def _iterate(self, epoch: int, offset: int) -> Iterator[Batch | tuple[Batch, dict]]:
         self.batch_plan.epoch, self.batch_plan.offset, self.batch_plan.size = epoch, offset, self.image_size_at(epoch)
         batches = iter(self.batch_plan)
         o, ring = self.options, self._take_ring()
@@ -266,12 +270,14 @@ class ThreadLoader(Loader):
         slot = free.popleft()
         return BatchJob(slot.images, copy_row, items, slot)
 
-    def _hand_over(self, job: BatchJob, free: deque[Slot]) -> Batch:
-        """The finished job as a device batch; its slot, if any, goes back to the ring once read."""
+    def _hand_over(self, job: BatchJob, free: deque[Slot]) -> Batch | tuple[Batch, dict]:
+        """The finished job as a device batch (with the extra fields' columns when fields are asked
+        for); its slot, if any, goes back to the ring once read."""
         self.count_bad([b for b in job.bad if b is not None])
         if job.slot is None:
-            return Batch(*job.host_batch())
-        batch = self.normalize.batch(*job.host_batch())
-        job.slot.read_queued()
-        free.append(job.slot)
-        return batch
+            batch = Batch(*job.host_batch())
+        else:
+            batch = self.normalize.batch(*job.host_batch())
+            job.slot.read_queued()
+            free.append(job.slot)
+        return batch if self.field_spec is None else (batch, self.field_spec.columns(job.values))

@@ -12,7 +12,7 @@ from .trusted import check_sha256
 from .base import Dataset, DatasetReplaced, Writer
 from .folder import FolderDataset
 from .parquet import ParquetDataset, is_parquet_pattern
-from .wds_foreign import ForeignShardsDataset
+from .wds_foreign import ForeignShardsDataset, shard_folder
 
 PARTIAL_SUFFIX = ".partial"
 
@@ -102,24 +102,26 @@ def open_remote(url: str, split: str, *, cache_dir: Path | None, cache_limit: in
 def open_dataset(path: str | Path, split: str = "train", *, cache_dir: str | Path | None = None,
                  cache_limit: int | None = None, sha256: str | None = None) -> Dataset:
     """Open one split of a packed dataset (LMDB, HDF5, WebDataset), of a plain image folder, or
-    WebDataset shards written by other tools (`shards/train-{000000..000009}.tar`), or Parquet files in
-    the Hugging Face Hub's layout (`data/*.parquet`, the split from the file names). A `.wds` dataset
-    may also be a URL (s3://, gs://, az://, http(s)://): its shards are fetched whole into `cache_dir`
-    (default: node-local, $TMPDIR/datapipe-UID/shards), kept under `cache_limit` bytes, least recently used
-    first, files in use never evicted (datapipe.storage.cache). `sha256`: for LMDB and HDF5, whose C
-    libraries do not defend against crafted files, the sha256 you trust of the file they parse (the
-    .h5 file, an LMDB folder's data.mdb), checked before anything opens it (one read of the file)."""
+    WebDataset shards written by other tools (`shards/train-{000000..000009}.tar`, or a folder of shards
+    and their sidecars as img2dataset writes it), or Parquet files in the Hugging Face Hub's layout
+    (`data/*.parquet`, the split from the file names). A `.wds` dataset may also be a URL (s3://,
+    gs://, az://, http(s)://): its shards are fetched whole into `cache_dir` (default: node-local,
+    $TMPDIR/datapipe-UID/shards), kept under `cache_limit` bytes, least recently used first, files in
+    use never evicted (datapipe.storage.cache). `sha256`: for LMDB and HDF5, whose C libraries do not
+    defend against crafted files, the sha256 you trust of the file they parse (the .h5 file, an LMDB
+    folder's data.mdb), checked before anything opens it (one read of the file)."""
     if sha256 is not None:
         check_sha256(path, sha256)
     if is_url(path):
         return open_remote(str(path), split, cache_dir=Path(cache_dir) if cache_dir else None, cache_limit=cache_limit)
     if is_parquet_pattern(path):  # Hugging Face Hub Parquet files, read in place (datapipe.formats.parquet)
         return ParquetDataset(path, split)
-    if isinstance(path, str) and (path.endswith(".tar") or ("{" in path and not Path(path).exists())):
+    pattern = isinstance(path, str) and (path.endswith(".tar") or ("{" in path and not Path(path).exists()))
+    if pattern or (Path(path).is_dir() and shard_folder(path) and read_manifest(path) is None):  # img2dataset's
         if split != "train":
             raise SplitNotFound(f"split {split!r} not in {path}: a shard pattern is one split (read as 'train'); "
                                 "open the other split's shards by their own pattern")
-        return ForeignShardsDataset(path, cache_dir=Path(cache_dir) if cache_dir else None)
+        return ForeignShardsDataset(str(path), cache_dir=Path(cache_dir) if cache_dir else None)
     path = Path(path)
     if path.name.endswith(PARTIAL_SUFFIX):
         raise _interrupted(path.with_name(path.name[: -len(PARTIAL_SUFFIX)]), path)

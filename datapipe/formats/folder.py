@@ -6,8 +6,8 @@ import gc
 import os
 from pathlib import Path
 
-from ..records import Record, SplitNotFound
-from ..scan import scan_split_compact
+from ..records import FIELD_NAMES, NO_FIELDS, Record, Sample, SplitNotFound
+from ..scan import read_sidecars, scan_split_compact
 from ..storage.cachedir import default_cache_dir, own_folder
 from .base import Dataset
 from .folder_index import FolderIndex
@@ -35,26 +35,31 @@ def index_cache(cache_dir: Path | None) -> Path | None:
         return None
 
 
-def _scan(path: Path, split: str, cache: Path | None) -> tuple[FolderIndex, list[str]]:
-    """The split's index (shared through `cache` where it can be written) and the class list."""
-    classes, splits, files = scan_split_compact(path, split)
+def _scan(path: Path, split: str, cache: Path | None) -> tuple[FolderIndex, list[str], tuple[str, ...]]:
+    """The split's index (shared through `cache` where it can be written), the class list and the
+    fields its images' sidecars carry (NAME.txt: "text", NAME.json: "meta")."""
+    sidecars: set[str] = set()
+    classes, splits, files = scan_split_compact(path, split, sidecars)
     if split not in splits:
         raise SplitNotFound(f"split {split!r} not in {path}; it has {splits}")
     index = FolderIndex.from_scan(files)
     del files  # the scan's lists go before the shared index's objects are made among them
     give_back_freed_memory()
-    return index.shared(cache) if cache is not None else index, list(classes.classes)
+    fields = tuple(name for name in FIELD_NAMES if name in sidecars)
+    return index.shared(cache) if cache is not None else index, list(classes.classes), fields
 
 
 class FolderDataset(Dataset):
     """One split of `root/class/*` or `root/split/class/*`; records are not checksummed. The file
-    list is a shared memory-mapped index (folder_index.py), so workers get no copy of it."""
+    list is a shared memory-mapped index (folder_index.py), so workers get no copy of it. A caption
+    `NAME.txt` and metadata `NAME.json` beside an image are read with its record (only the kinds the
+    scan found in the split are looked for: the index holds nothing of them)."""
 
     format = NAME
     validated = False
 
     def __init__(self, path: Path, split: str = "train", *, cache_dir: Path | None = None) -> None:
-        self.index, classes = _scan(Path(path), split, index_cache(cache_dir))
+        self.index, classes, self.fields = _scan(Path(path), split, index_cache(cache_dir))
         give_back_freed_memory()  # and the index's in-memory arrays, now memory-mapped
         super().__init__(path, split=split, classes=classes, size=len(self.index))
 
@@ -64,6 +69,11 @@ class FolderDataset(Dataset):
     def origin(self, index: int) -> str:
         return self.index.name(self._check(index)).decode("utf-8", "backslashreplace")
 
+    def __getitem__(self, index: int) -> Sample:
+        index = self._check(index)  # the image and label only: a classification loader never reads a sidecar
+        return Sample(self.index.key(index), self.file_path(index).read_bytes(), self.index.label(index))
+
     def _read(self, index: int) -> Record:
-        return Record(self.index.key(index), self.file_path(index).read_bytes(), self.index.label(index),
-                      self.origin(index), "")
+        path, origin = self.file_path(index), self.origin(index)
+        fields = read_sidecars(str(path), origin, self.fields) if self.fields else NO_FIELDS
+        return Record(self.index.key(index), path.read_bytes(), self.index.label(index), origin, "", fields)

@@ -6,21 +6,30 @@ that layout ("blob-offsets"). Files written before it existed have no such attri
 uint8 `data` column instead; they are still read. The vlen layout cost every reader process memory
 that grew with the records it read (HDF5 caches the global-heap collections vlen rows live in).
 
+A split whose records carry other fields (records.Fields: caption, JSON metadata, multi-labels) has
+a `field_mask` column (uint8, bit k: the record has FIELD_NAMES[k]) and, per field it carries, the
+values end to end in `{name}_values` (UTF-8 bytes; int32 class ids for `labels`) with
+`{name}_offsets` (n + 1 int64), all contiguous and memory-mapped like `blob` and `offsets`. A split
+without fields has none of these (its file is as before).
+
 The manifest is the file's `datapipe_manifest` attribute, written last. JPEG bytes are stored
 uncompressed (they do not compress).
 """
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
+from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
 
-from ..records import Manifest, Record, Sample, SplitInfo
+from ..records import FIELD_NAMES, NO_FIELDS, Fields, Manifest, Record, Sample, SplitInfo
 from .base import Dataset, DatasetReplaced, Identity, PerProcess, Writer, fsync_file
 from .spool import Spool
 
@@ -44,6 +53,8 @@ _COLUMNS = {  # chunked, as in the earlier layout; blob, offsets and labels are 
 # cache (by default it grows towards 32 MiB under random reads of the keys' heap collections).
 _CHUNK_CACHE_BYTES = 0
 _METADATA_CACHE_BYTES = 256 << 10
+MASK = "field_mask"
+_VALUE_DTYPES = {"text": np.uint8, "meta": np.uint8, "labels": np.int32}
 
 
 def is_hdf5(path: Path) -> bool:
@@ -124,6 +135,27 @@ class _Columns:
         else:
             self.vlen = group["data"]
             self.data = self._from_vlen
+        self.mask = mapped_column(f, group[MASK]) if MASK in group else None
+        self.ragged = {name: (mapped_column(f, group[f"{name}_values"]), mapped_column(f, group[f"{name}_offsets"]))
+                       for name in FIELD_NAMES if f"{name}_offsets" in group}
+
+    def fields(self, index: int) -> Fields:
+        """Record `index`'s other fields, read from the mapped columns (nothing when the split has none)."""
+        bits = 0 if self.mask is None else int(self.mask[index])
+        if not bits:
+            return NO_FIELDS
+        values: list[Any] = []
+        for k, name in enumerate(FIELD_NAMES):
+            if not bits >> k & 1:
+                values.append(None)
+                continue
+            if name not in self.ragged:
+                raise ValueError(f"record {index} has a {name!r} field but its split has no {name}_values column; "
+                                 "the file is damaged, re-convert it")
+            column, offsets = self.ragged[name]
+            raw = np.asarray(column[int(offsets[index]):int(offsets[index + 1])])
+            values.append(tuple(raw.tolist()) if name == "labels" else raw.tobytes().decode("utf-8"))
+        return Fields(*values)
 
     def _from_blob(self, index: int) -> bytes:
         return self.blob[self.offsets[index]:self.offsets[index + 1]].tobytes()
@@ -141,6 +173,7 @@ class Hdf5Dataset(Dataset):
         super().__init__(path, split=split, classes=manifest.classes, size=manifest.split(split).samples)
         self.identity = Identity.take(path, path, manifest, read_manifest)
         self.fingerprint = manifest.content_digest(split)
+        self.fields = tuple(manifest.split(split).fields)
         with h5py.File(path, "r") as f:  # closed again before any fork; says now if the layout is unknown
             layout = _split_layout(path, f[split])
         self._columns = PerProcess(functools.partial(_Columns, str(path), split, layout, self.identity))
@@ -153,7 +186,7 @@ class Hdf5Dataset(Dataset):
     def _read(self, index: int) -> Record:
         c = self._columns.get()
         return Record(c.keys[index].decode(), c.data(index), int(c.labels[index]),
-                      c.paths[index].decode(), c.sha256[index].decode())
+                      c.paths[index].decode(), c.sha256[index].decode(), c.fields(index))
 
 
 class Hdf5Writer(Writer):
@@ -189,8 +222,10 @@ class Hdf5Writer(Writer):
         log.info("building %s from the spooled records", self.payload)
         building = self.payload.with_name(self.payload.name + ".building")
         building.unlink(missing_ok=True)
+        sizes = self._field_sizes() if any(info.fields for info in manifest.splits.values()) else {}
         with h5py.File(building, "w") as f:
-            columns = {split: _SplitBuilder(f, split, info) for split, info in manifest.splits.items()}
+            columns = {split: _SplitBuilder(f, split, info, sizes.get(split))
+                       for split, info in manifest.splits.items()}
             batch: dict[str, list[Record]] = {}
             for split, record in self._spool:
                 rows = batch.setdefault(split, [])
@@ -206,16 +241,36 @@ class Hdf5Writer(Writer):
         fsync_file(building)
         os.replace(building, self.payload)
 
+    def _field_sizes(self) -> dict[str, dict[str, int]]:
+        """Per split, the length of each field's values column: one pass over the spool's record
+        metadata (the image bytes skipped), so the columns are contiguous, sized before they are filled."""
+        sizes: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(FIELD_NAMES, 0))
+        for split, meta in self._spool.metas():
+            fields = Fields.from_json(json.loads(meta).get("fields"))
+            for name, value in zip(FIELD_NAMES, fields):
+                sizes[split][name] += len(_encoded(name, value))
+        return sizes
+
     def abort(self) -> None:
         self._spool.close()
+
+
+def _encoded(name: str, value: Any) -> np.ndarray:
+    """A field's value as stored in its `{name}_values` column (None, a record without it: nothing)."""
+    if value is None:
+        return np.zeros(0, dtype=_VALUE_DTYPES[name])
+    if name == "labels":
+        return np.asarray(value, dtype=_VALUE_DTYPES[name])
+    return np.frombuffer(value.encode("utf-8"), dtype=np.uint8)
 
 
 class _SplitBuilder:
     """One split's group in the file being built, filled in record order: the bytes end to end in a
     contiguous `blob` sized from the manifest (read later without a chunk index or chunk cache),
-    `offsets` (n + 1 entries), contiguous `labels`, chunked keys, paths and digests."""
+    `offsets` (n + 1 entries), contiguous `labels`, chunked keys, paths and digests; the other fields'
+    columns when the split has some (`sizes`: each one's values length, Hdf5Writer._field_sizes)."""
 
-    def __init__(self, f: h5py.File, split: str, info: SplitInfo) -> None:
+    def __init__(self, f: h5py.File, split: str, info: SplitInfo, sizes: dict[str, int] | None = None) -> None:
         self.split, self.expected, self.rows, self.bytes = split, info, 0, 0
         g = self.group = f.create_group(split)
         g.attrs[LAYOUT_ATTR] = BLOB_LAYOUT
@@ -226,6 +281,7 @@ class _SplitBuilder:
         for name, dtype in _COLUMNS.items():
             g.create_dataset(name, shape=(info.samples,), dtype=dtype,
                              chunks=(min(_CHUNK, info.samples),) if info.samples else None)
+        self.fields = _FieldColumns(g, info, sizes or {}) if info.fields else None
 
     def write(self, rows: list[Record]) -> None:
         """Append rows after the ones already written."""
@@ -240,14 +296,56 @@ class _SplitBuilder:
         g["keys"][start:end] = np.array([r.key for r in rows], dtype=object)
         g["paths"][start:end] = np.array([r.path for r in rows], dtype=object)
         g["sha256"][start:end] = np.array([r.sha256.encode() for r in rows], dtype="S64")
+        if self.fields is not None:
+            self.fields.write(start, rows, self._mismatch)
+        elif any(r.fields for r in rows):
+            raise self._mismatch("records with fields (text, meta, labels) the manifest does not list")
         self.rows, self.bytes = end, int(ends[-1])
 
     def check_full(self) -> None:
         """Every record the manifest counts was written, and nothing more."""
         if (self.rows, self.bytes) != (self.expected.samples, self.expected.bytes):
             raise self._mismatch(f"{self.rows} records of {self.bytes} bytes")
+        if self.fields is not None:
+            self.fields.check_full(self._mismatch)
 
     def _mismatch(self, spooled: str) -> ValueError:
         return ValueError(f"split {self.split!r}: the spool holds {spooled}, the manifest says "
                           f"{self.expected.samples} records of {self.expected.bytes} bytes; the staging folder "
                           "is inconsistent, convert again with --overwrite")
+
+
+class _FieldColumns:
+    """A split's other fields in the file being built: `field_mask` and, per field the split carries,
+    its contiguous `{name}_values` (sized beforehand) and `{name}_offsets`, filled in record order."""
+
+    def __init__(self, g: h5py.Group, info: SplitInfo, sizes: dict[str, int]) -> None:
+        self.group, self.sizes = g, {name: sizes.get(name, 0) for name in info.fields}
+        self.ends = dict.fromkeys(self.sizes, 0)
+        g.create_dataset(MASK, shape=(info.samples,), dtype=np.uint8)
+        for name, size in self.sizes.items():
+            g.create_dataset(f"{name}_values", shape=(size,), dtype=_VALUE_DTYPES[name], fill_time="never")
+            g.create_dataset(f"{name}_offsets", shape=(info.samples + 1,), dtype=np.int64)
+            g[f"{name}_offsets"][0] = 0
+
+    def write(self, start: int, rows: list[Record], mismatch: Callable[[str], ValueError]) -> None:
+        """Each row's mask bits and values, after the `start` rows already written."""
+        g, end = self.group, start + len(rows)
+        masks = [sum(1 << k for k, v in enumerate(r.fields) if v is not None) for r in rows]
+        extra = {name for r in rows for name, v in zip(FIELD_NAMES, r.fields) if v is not None} - self.sizes.keys()
+        if extra:
+            raise mismatch(f"records with a {sorted(extra)[0]!r} field the manifest does not list")
+        g[MASK][start:end] = np.array(masks, dtype=np.uint8)
+        for name in self.sizes:
+            parts = [_encoded(name, getattr(r.fields, name)) for r in rows]
+            ends = self.ends[name] + np.cumsum([len(p) for p in parts], dtype=np.int64)
+            if ends[-1] > self.sizes[name]:
+                raise mismatch(f"more than {self.sizes[name]} {name} values")
+            if ends[-1] > self.ends[name]:
+                g[f"{name}_values"][self.ends[name]:ends[-1]] = np.concatenate(parts)
+            g[f"{name}_offsets"][start + 1:end + 1] = ends
+            self.ends[name] = int(ends[-1])
+
+    def check_full(self, mismatch: Callable[[str], ValueError]) -> None:
+        if self.ends != self.sizes:
+            raise mismatch(f"field values of lengths {self.ends}, not {self.sizes}")

@@ -81,6 +81,7 @@ class LmdbDataset(Dataset):
         self._path = str(Path(path).resolve())
         self.identity = Identity.take(self._path, Path(self._path) / DATA_FILE, manifest, read_manifest)
         self.fingerprint = manifest.content_digest(split)
+        self.fields = tuple(manifest.split(split).fields)  # each record's fields ride in its JSON (record_meta)
 
     def _read(self, index: int) -> Record:
         with shared_env(self._path, self.identity).begin(buffers=False) as txn:

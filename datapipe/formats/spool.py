@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..records import Record
-from .base import pack_record, unpack_record
+from .base import _META_LEN, pack_record, unpack_record
 
 _FRAME = struct.Struct("<QH")  # payload length, split-name length
 
@@ -50,3 +50,14 @@ class Spool:
                 size, name_len = _FRAME.unpack(header)
                 split = fh.read(name_len).decode()
                 yield split, unpack_record(fh.read(size))
+
+    def metas(self) -> Iterator[tuple[str, bytes]]:
+        """Each record's split and JSON metadata (base.record_meta), in order, its bytes skipped."""
+        self._file.flush()
+        with open(self.path, "rb") as fh:
+            while header := fh.read(_FRAME.size):
+                size, name_len = _FRAME.unpack(header)
+                split = fh.read(name_len).decode()
+                (meta_len,) = _META_LEN.unpack(fh.read(_META_LEN.size))
+                yield split, fh.read(meta_len)
+                fh.seek(size - _META_LEN.size - meta_len, os.SEEK_CUR)

@@ -176,7 +176,29 @@ def walk_tar(path: str, *, span: tuple[int, int] | None = None) -> tuple[list[tu
     the members skipped, each as 'byte N: reason'. A header that cannot be trusted is an error.
     `span` (first byte, end byte): the tar stored in that range of the file, e.g. a member of an outer
     tar (converters.imagenet); offsets stay the file's."""
-    found, skipped = [], []
+    found: list[tuple[str, int, int]] = []
+    skipped: list[str] = []
+    _walk(path, span, found, skipped)
+    return found, skipped
+
+
+def walk_tar_until_damage(path: str) -> tuple[list[tuple[str, int, int]], list[str], str | None]:
+    """`walk_tar`, keeping the members before a header that cannot be trusted (a shard cut short):
+    (members, skipped, the damage's one-line error or None)."""
+    found: list[tuple[str, int, int]] = []
+    skipped: list[str] = []
+    try:
+        ended = _walk(path, None, found, skipped)
+    except ValueError as exc:
+        return found, skipped, str(exc)
+    if not ended:  # tar writers end with zero blocks: a file cut at a member's boundary lacks them
+        return found, skipped, damaged(path, os.path.getsize(path), "no end-of-archive blocks").args[0]
+    return found, skipped, None
+
+
+def _walk(path: str, span: tuple[int, int] | None, found: list[tuple[str, int, int]], skipped: list[str]) -> bool:
+    """walk_tar's header walk, appending to `found` and `skipped` as it goes (kept when it raises);
+    whether it met the end-of-archive blocks."""
     pax_global: dict[str, bytes] = {}
     pax: dict[str, bytes] = {}
     longname: bytes | None = None
@@ -191,7 +213,7 @@ def walk_tar(path: str, *, span: tuple[int, int] | None = None) -> tuple[list[tu
             if len(header) < BLOCK:
                 raise damaged(path, offset, f"the file ends inside a tar header ({end} bytes)")
             if not header.strip(b"\0"):
-                break  # end of archive
+                return True  # end of archive
             stored, rest = header_number(header[148:156]), header[:148] + b" " * 8 + header[156:]
             if stored != sum(rest) and stored != sum(rest) - 256 * sum(b > 127 for b in rest):  # tarfile's two sums
                 raise damaged(path, offset, "a tar header fails its checksum")
@@ -224,7 +246,7 @@ def walk_tar(path: str, *, span: tuple[int, int] | None = None) -> tuple[list[tu
             offset = start = offset + BLOCK + padded(size)
     finally:
         os.close(fd)
-    return found, skipped
+    return False
 
 
 def scan_tar(path: str) -> list[list[Component]]:
@@ -234,6 +256,12 @@ def scan_tar(path: str) -> list[list[Component]]:
     found, skipped = walk_tar(path)
     if skipped:
         log.warning("%s: skipped %d tar member(s), first %s", path, len(skipped), "; ".join(skipped[:3]))
+    return group_samples(found)
+
+
+def group_samples(found: list[tuple[str, int, int]]) -> list[list[Component]]:
+    """Members (name, data offset, size) grouped into samples as webdataset groups them: the same
+    name up to the first dot of the basename, consecutive."""
     samples: list[list[Component]] = []
     last = None
     for name, offset, size in found:

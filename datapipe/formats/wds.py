@@ -3,7 +3,9 @@
 Each sample is four members in this order: `KEY.cls` (ASCII label), `KEY.jpg|png` (the bytes),
 `KEY.i64` (record position and label as two little-endian int64: DALI reads them with
 dtypes=INT64, as it cannot parse `.cls` digits; the position is the record's index unless the
-converter rejected files before it, see `RecordPositions`), `KEY.json` (key, label, original path, sha256). The
+converter rejected files before it, see `RecordPositions`), `KEY.json` (key, label, original path, sha256,
+and the record's other fields when it has some); a record with a caption has a fifth, `KEY.txt` (the
+caption as UTF-8, as img2dataset writes it, so webdataset and open_clip readers see it). The
 `webdataset` library and DALI's `readers.webdataset` read the shards unchanged.
 
 This module reads them by random access: `{split}.offsets.npy` holds where each sample starts in its
@@ -34,6 +36,7 @@ from .tar import BLOCK, END_OF_ARCHIVE, IDX_VERSION, members, member_header, pad
 
 NAME = "wds"
 SUFFIXES = (".wds",)
+_NOT_IMAGE = ("cls", "i64", "json", "txt")  # a sample's members besides its image
 
 
 def shard_name(split: str, number: int) -> str:
@@ -167,6 +170,7 @@ class WdsDataset(Dataset):
         if not self.location.remote:  # a remote one is read through its cache by the manifest's sha256s
             self.identity = Identity.take(path, Path(path) / MANIFEST_NAME, manifest, read_manifest)
         self.fingerprint = manifest.content_digest(split)
+        self.fields = tuple(info.fields)
         self.index = SpanIndex(functools.partial(load_offsets, self.location, split, info), info.shards)
         if len(self.index) != info.samples:
             raise ValueError(f"{self.location.describe()}: the index of split {split!r} lists {len(self.index)} "
@@ -205,13 +209,16 @@ class WdsDataset(Dataset):
         number, start, end = self.index.span(index)
         shard = self.index.names[number]
         parts = members(self._files.get().pread(number, end - start, start), self._where[number])
-        data = next((v for k, (_, v) in parts.items() if k not in ("cls", "i64", "json")), None)
+        data = next((v for k, (_, v) in parts.items() if k not in _NOT_IMAGE), None)
         if data is None or not {"cls", "i64", "json"} <= parts.keys():
             raise ValueError(f"{shard}: sample at byte {start} has members {sorted(parts)}; the shard is damaged")
         record = record_from_meta(parts["json"][1], data)
         if parts["cls"][1] != str(record.label).encode():
             raise ValueError(f"{shard}: {record.key}.cls says {parts['cls'][1]!r}, its .json says {record.label}; "
                              "the shard is damaged")
+        text = record.fields.text
+        if parts.get("txt", (None, None))[1] != (None if text is None else text.encode("utf-8")):
+            raise ValueError(f"{shard}: {record.key}.txt is not the caption its .json holds; the shard is damaged")
         raw = parts["i64"][1]
         stored = np.frombuffer(raw, dtype="<i8").tolist() if len(raw) == 16 else raw
         expected = [self.positions(index), record.label]
@@ -240,11 +247,13 @@ class ShardFile:
         self.offset = offset
 
     def add_record(self, position: int, record: Record) -> None:
-        """Append a record as its four members; `position` is its record id (see `RecordPositions`)."""
+        """Append a record as its four members (five with a caption); `position` is its record id
+        (see `RecordPositions`)."""
         ext = image_ext(record.data) or "jpg"  # stored bytes are JPEG or PNG (datapipe.decode decides)
+        caption = [] if record.fields.text is None else [("txt", record.fields.text.encode("utf-8"))]
         self.add(record.key, [("cls", str(record.label).encode()), (ext, record.data),
                               ("i64", np.array([position, record.label], dtype="<i8").tobytes()),
-                              ("json", record_meta(record))])
+                              ("json", record_meta(record)), *caption])
 
     def add(self, key: str, members: list[tuple[str, bytes]]) -> None:
         """Append one sample's members in one write; note each member's data offset for the index."""

@@ -1,24 +1,32 @@
-"""WebDataset shards written by other tools: a brace pattern, `.cls` labels, any image extension.
+"""WebDataset shards written by other tools: a brace pattern or a folder of shards, any image
+extension, `.cls` labels (several ids, "3 7" or "3,7": multi-label) or none (label -1: img2dataset's
+image-text shards), and `.txt` captions and `.json` metadata as the records' fields.
 
 The index is built once from each shard's DALI `.idx` when one lies beside it, else from the tar
 headers (tarfile seeks over the image data), reading only the small `.cls` members; it is kept as
-NumPy arrays (28 bytes a record) in an uncompressed `.npz` under the user's cache folder, keyed by the
+NumPy arrays (28 bytes a record, and 12 for each of the caption, metadata and multi-label members
+where some sample has one) in an uncompressed `.npz` under the user's cache folder, keyed by the
 shards' names, sizes and modification times, and each open memory-maps them from there: every process
-shares the page cache's copy (no private byte a record), and nothing is scanned again.
+shares the page cache's copy (no private byte a record), and nothing is scanned again. A record's
+caption and metadata are read (pread) with its image. Files beside the shards that are not `.tar`
+(img2dataset's `.parquet` and `_stats.json` sidecars, DALI `.idx`) are not shards.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
 import os
+import re
 import struct
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..names import check_name
-from ..records import Record
+from ..records import FIELD_NAMES, Fields, Record, canonical_meta, multi_labels
+from ..scan import is_image_name
 from ..storage import default_cache_dir
 from ..storage.cachedir import own_folder
 from ..storage.files import ShardFiles
@@ -26,19 +34,48 @@ from .base import REOPEN, Dataset, DatasetReplaced, PerProcess
 from .tar import BLOCK, Component, member_name, parse_idx, scan_tar
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")
-INDEX_VERSION = 2  # 2: with `classes` and `shard_sizes`, so an open reads no per-record array
+INDEX_VERSION = 3  # 2: `classes` and `shard_sizes`, so an open reads no per-record array; 3: fields, labels -1
+FIELD_EXTS = {"text": "txt", "meta": "json", "labels": "cls"}  # a record field -> the member that holds it
+_IDS = re.compile(r"[\s,]+")
 _LOCAL_HEADER = struct.Struct("<4s22xHH")  # a zip member's local header: signature ... name and extra lengths
 
 
 def expand_shards(pattern: str) -> list[str]:
-    """`shards/train-{000000..000009}.tar` (or a list joined by '::') -> the existing shard paths."""
+    """`shards/train-{000000..000009}.tar` (or a list joined by '::', or a folder of shards) -> the
+    existing shard paths."""
     import braceexpand
 
+    if os.path.isdir(pattern):
+        found = shard_folder(pattern)
+        if not found:
+            raise FileNotFoundError(f"{pattern} holds no .tar shards (or holds folders or images beside them)")
+        return found
     paths = [p for part in pattern.split("::") for p in braceexpand.braceexpand(part)]
     missing = [p for p in paths if not Path(p).is_file()]
     if missing:
         raise FileNotFoundError(f"{len(missing)} of {len(paths)} shards in {pattern!r} do not exist, e.g. {missing[0]}")
     return paths
+
+
+def shard_folder(folder: str | Path) -> list[str] | None:
+    """The `.tar` files of a folder of shards (img2dataset's output: shards beside `.parquet`,
+    `_stats.json` and `.idx` files), sorted; None when it holds none, or subfolders or image files
+    (an image folder)."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return None
+    if any(e.is_dir() and not e.name.startswith(".") or is_image_name(e.name) for e in entries):
+        return None
+    return sorted(e.path for e in entries if e.name.endswith(".tar") and e.is_file()) or None
+
+
+def parse_cls(raw: bytes, where: str) -> tuple[int, ...]:
+    """The class ids a `.cls` member holds ("3", "3 7", "3,7"), in order; a ValueError naming it otherwise."""
+    ids = [t for t in _IDS.split(raw.decode("ascii", "replace").strip()) if t]
+    if not ids or not all(t.isdigit() for t in ids):
+        raise ValueError(f"{where} holds {raw[:20]!r}, not class numbers (\"3\", or \"3 7\" for several)")
+    return tuple(int(t) for t in ids)
 
 
 def _components(shard: str) -> list[list[Component]]:
@@ -56,35 +93,50 @@ def _components(shard: str) -> list[list[Component]]:
 
 
 def scan_index(pattern: str, shards: list[str]) -> dict[str, np.ndarray]:
-    """Per sample: shard number, image member header offset, image size, label."""
-    numbers, headers, sizes, labels = [], [], [], []
+    """Per sample: shard number, image member header offset, image size, label (-1 without a
+    `.cls`, the first id with several); per field (FIELD_EXTS) the data offset and size of its member
+    (-1, 0: none), kept only where some sample has one (an empty array otherwise)."""
+    numbers, headers, sizes, labels, top = [], [], [], [], -1
+    members: dict[str, tuple[list[int], list[int]]] = {name: ([], []) for name in FIELD_NAMES}
+    multi = False
     for number, shard in enumerate(shards):
         with open(shard, "rb") as fh:
             for components in _components(shard):
                 found = {c[0]: c for c in components}
                 image = next((found[e] for e in IMAGE_EXTS if e in found), None)
-                if "cls" not in found or image is None:
-                    raise ValueError(f"{pattern}: sample {components[0][3]!r} in {shard} lacks a .cls label or an "
-                                     f"image ({'/'.join(IMAGE_EXTS)}); it has {sorted(found)}")
-                _, offset, size, _ = found["cls"]
-                label = os.pread(fh.fileno(), size, offset).strip()
-                if not label.isdigit():
-                    raise ValueError(f"{shard}: {found['cls'][3]} holds {label[:20]!r}, not a class number")
+                if image is None:
+                    raise ValueError(f"{pattern}: sample {components[0][3]!r} in {shard} lacks an image "
+                                     f"({'/'.join(IMAGE_EXTS)}); it has {sorted(found)}")
+                ids: tuple[int, ...] = ()
+                if "cls" in found:
+                    _, offset, size, name = found["cls"]
+                    ids = multi_labels(parse_cls(os.pread(fh.fileno(), size, offset), f"{shard}: {name}"))
+                    multi |= len(ids) > 1
                 numbers.append(number)
                 headers.append(image[1] - BLOCK)
                 sizes.append(image[2])
-                labels.append(int(label))
+                labels.append(ids[0] if ids else -1)
+                top = max(top, ids[-1] if ids else -1)
+                for field, (at, length) in members.items():
+                    member = found.get(FIELD_EXTS[field])
+                    at.append(member[1] if member else -1)
+                    length.append(member[2] if member else 0)
+    keep = {"text": max(members["text"][0], default=-1) >= 0, "meta": max(members["meta"][0], default=-1) >= 0,
+            "labels": multi}
+    fields = {}
+    for field, (at, length) in members.items():
+        fields[f"{field}_at"] = np.array(at if keep[field] else [], np.int64)
+        fields[f"{field}_size"] = np.array(length if keep[field] else [], np.int32)
     return {"shard": np.array(numbers, np.int32), "header": np.array(headers, np.int64),
-            "size": np.array(sizes, np.int64), "label": np.array(labels, np.int64)}
+            "size": np.array(sizes, np.int64), "label": np.array(labels, np.int64),
+            "classes": np.array([top + 1], np.int64), **fields}
 
 
 def build_index(pattern: str, shards: list[str]) -> dict[str, np.ndarray]:
-    """Per sample: shard number, image member header offset, image size, label; and the class count
-    and samples per shard (what an open needs, without a pass over the samples)."""
+    """scan_index's arrays, and the samples per shard (what an open needs, with the class count,
+    without a pass over the samples)."""
     index = scan_index(pattern, shards)
-    labels = index["label"]
-    return {**index, "classes": np.array([int(labels.max()) + 1 if len(labels) else 0], np.int64),
-            "shard_sizes": np.bincount(index["shard"], minlength=len(shards)).astype(np.int64)}
+    return {**index, "shard_sizes": np.bincount(index["shard"], minlength=len(shards)).astype(np.int64)}
 
 
 def mapped_npz(file: Path) -> dict[str, np.ndarray]:
@@ -137,12 +189,19 @@ def cached_index(pattern: str, shards: list[str], cache_dir: Path | None = None)
 
 
 def checked_index(index: dict[str, np.ndarray], shards: int) -> dict[str, np.ndarray]:
-    """`index` when its arrays agree in length (KeyError or ValueError otherwise: it is rebuilt)."""
+    """`index` when its arrays agree in length (KeyError or ValueError otherwise: it is rebuilt); a
+    field's arrays are empty (no sample has it) or one entry a sample."""
     samples = len(index["label"])
+    fields = [(len(index[f"{name}_at"]), len(index[f"{name}_size"])) for name in FIELD_NAMES]
     if any(len(index[k]) != samples for k in ("shard", "header", "size")) or len(index["shard_sizes"]) != shards \
-            or len(index["classes"]) != 1:
+            or len(index["classes"]) != 1 or any(a != b or a not in (0, samples) for a, b in fields):
         raise ValueError("the cached index's arrays disagree")
     return index
+
+
+def index_fields(index: dict[str, np.ndarray]) -> tuple[str, ...]:
+    """The FIELD_NAMES the index's samples carry (those whose arrays it kept)."""
+    return tuple(name for name in FIELD_NAMES if len(index[f"{name}_at"]))
 
 
 Stamp = tuple[int, int, int, int]
@@ -170,8 +229,9 @@ def open_indexed(paths: list[str], stamps: list[Stamp], number: int) -> int:
 
 
 class ForeignShardsDataset(Dataset):
-    """Shards matching a pattern, read by random access through the cached index. The class names
-    are the label numbers ("0", "1", ...) since such shards carry no class list."""
+    """Shards matching a pattern (or the shards of a folder), read by random access through the
+    cached index. The class names are the label numbers ("0", "1", ...) since such shards carry no
+    class list; none when no sample has a `.cls` (every label -1)."""
 
     format = "wds-shards"
     validated = False
@@ -183,6 +243,7 @@ class ForeignShardsDataset(Dataset):
         self.index = cached_index(pattern, shards, cache_dir)
         super().__init__(Path(shards[0]).parent, split="train",
                          classes=[str(c) for c in range(int(self.index["classes"][0]))], size=len(self.index["label"]))
+        self.fields = index_fields(self.index)
         self._files = PerProcess(functools.partial(ShardFiles, functools.partial(open_indexed, shards, stamps)))
 
     def __getstate__(self) -> dict:
@@ -200,8 +261,25 @@ class ForeignShardsDataset(Dataset):
 
     def _read(self, index: int) -> Record:
         number, header, size = int(self.index["shard"][index]), int(self.index["header"][index]), int(self.index["size"][index])
-        blob = self._files.get().pread(number, BLOCK + size, header)
+        files = self._files.get()
+        blob = files.pread(number, BLOCK + size, header)
         shard = self.shards[number]
         name = check_name(member_name(blob[:100].split(b"\0", 1)[0].decode("utf-8", "replace")),
                           f"{shard}: tar member name")
-        return Record(name.rsplit(".", 1)[0], blob[BLOCK:], int(self.index["label"][index]), f"{shard}:{name}", "")
+        key = name.rsplit(".", 1)[0]
+        fields = Fields(*(self._field(files, number, index, field, f"{shard}: {key}.{FIELD_EXTS[field]}")
+                          for field in FIELD_NAMES)) if self.fields else Fields()
+        return Record(key, blob[BLOCK:], int(self.index["label"][index]), f"{shard}:{name}", "", fields)
+
+    def _field(self, files: ShardFiles, number: int, index: int, field: str, where: str) -> Any:
+        """Record `index`'s `field` read from its member (None when it has none): a caption as text,
+        metadata as canonical JSON, labels as sorted ids; a ValueError naming the member otherwise."""
+        if field not in self.fields or int(self.index[f"{field}_at"][index]) < 0:
+            return () if field == "labels" and field in self.fields else None
+        raw = files.pread(number, int(self.index[f"{field}_size"][index]), int(self.index[f"{field}_at"][index]))
+        if field == "labels":
+            return multi_labels(parse_cls(raw, where))
+        try:
+            return canonical_meta(raw) if field == "meta" else raw.decode("utf-8")
+        except ValueError as exc:  # not UTF-8; not a JSON object
+            raise ValueError(f"{where} is not {'a JSON object' if field == 'meta' else 'UTF-8 text'} ({exc})") from None

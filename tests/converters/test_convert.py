@@ -176,7 +176,7 @@ def test_a_file_that_changes_after_validation_is_skipped_not_stored(tmp_path):
     shutil.copy(IMAGEFOLDER / "train/cat/cat_000.jpg", path)
     task = Task("train", str(path), "a.jpg", "a", 0)
     _init_worker({})
-    identity, _, _ = _prepare((task.path, task.key, task.label))
+    identity, _, _ = _prepare((task.path, task.key, task.label, task.fields))
     assert _stored_bytes(task, identity) == path.read_bytes()
     path.write_bytes((IMAGEFOLDER / "train/cat/cat_001.jpg").read_bytes())
     with pytest.raises(BadImageError, match="changed while it was being converted"):

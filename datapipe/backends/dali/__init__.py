@@ -26,6 +26,7 @@ from ...formats.base import Dataset, DatasetReplaced
 from ...sharding import EpochPlan, ShardPlan, record_of
 from ..bad_samples import BadSample, record_path
 from ..base import Batch, Loader
+from ..fields import check_picklable
 from ..options import LoaderOptions
 from ..deaths import UNKNOWN_EXIT, WorkerDied, exit_description, worker_died, workers_start_deaf
 from .graph import HW_DECODER_LOAD, build_pipeline, thread_budget
@@ -117,12 +118,14 @@ class DaliLoader(Loader):
         require_dali()
         super().__init__(dataset, plan, options, reason=reason)
         self.device = options.torch_device
+        if self.device.type == "cuda" or options.start_method == "spawn":  # the source workers are spawned
+            check_picklable(options.tokenizer, "DALI's source workers")
         folder = tempfile.mkdtemp(prefix="datapipe-dali-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
         self._finalizer = weakref.finalize(self, shutil.rmtree, folder, True)
         self.table = EpochTable.create(folder)
         settings = ViewSettings(options.image_size, options.train, options.seed, options.on_error == "skip",
                                 not dataset.validated, options.recipe)
-        self.source = PlannedSource(dataset, plan, self.table, settings)
+        self.source = PlannedSource(dataset, plan, self.table, settings, self.field_spec)
         self.threads, self.py_workers = thread_budget(max(1, options.workers), cuda=self.device.type == "cuda")
         self.hw_decoder_load = HW_DECODER_LOAD  # set before the first batch: 0 keeps JPEGs off the hardware decoder
         self._handoff = Handoff(self.device) if self.device.type == "cuda" else None
@@ -150,7 +153,8 @@ class DaliLoader(Loader):
             preallocate=self.options.train)
         with workers_start_deaf():  # its source workers start here (deaths.shield_worker)
             self._pipe.build()
-        self._iterator = DALIGenericIterator([self._pipe], ["images", "labels", "indices", "replaced"],
+        names = ["images", "labels", "indices", "replaced"] + (["fields", "fields_len"] if self.field_spec else [])
+        self._iterator = DALIGenericIterator([self._pipe], names,
                                              last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=False,
                                              prepare_first_batch=False)
 
@@ -178,7 +182,7 @@ class DaliLoader(Loader):
             log.debug("dropped %d prefetched DALI batches of an abandoned epoch", drained)
         self._iterator.reset()
 
-    def _iterate(self, epoch: int, offset: int) -> Iterator[Batch]:
+    def _iterate(self, epoch: int, offset: int) -> Iterator[Batch | tuple[Batch, dict]]:
         count = self.plan.num_batches(offset)
         if count == 0:
             return
@@ -195,7 +199,14 @@ class DaliLoader(Loader):
                 raise RuntimeError(f"DALI ended epoch {epoch} after {number} of {count} batches") from None
             except Exception as exc:
                 raise self._failure(exc, epoch, offset, number) from None
-            yield self._to_batch(outputs, epoch)
+            batch = self._to_batch(outputs, epoch)
+            yield batch if self.field_spec is None else (batch, self._field_columns(outputs))
+
+    def _field_columns(self, out: dict[str, torch.Tensor]) -> dict:
+        """The extra fields' columns from the source's padded UTF-8 JSON per sample (source.padded)."""
+        blobs, lengths = out["fields"].cpu().numpy(), out["fields_len"].reshape(-1).tolist()
+        spec = self.field_spec
+        return spec.columns([spec.from_wire(blobs[k, :n].tobytes()) for k, n in enumerate(lengths)])
 
     def _check_workers(self) -> None:
         """Raise WorkerDied if a source worker died since the last call into DALI. Checked before

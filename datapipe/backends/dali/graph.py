@@ -60,9 +60,10 @@ OUTPUT_TYPES = ("float32", "float16", "uint8")  # the pipeline's image dtype (ui
 def build_pipeline(source, *, batch_size: int, threads: int, py_workers: int, device_id: int | None,
                    start_method: str, seed: int, channels_last: bool, output: str = "float32",
                    recipe: Recipe | None = None, hw_decoder_load: float = HW_DECODER_LOAD, preallocate: bool = True):
-    """A built-to-be DALI Pipeline whose outputs are images, labels, indices and replaced indices.
-    On CUDA the images and labels leave it on the GPU (labels.gpu(), as DALI's ResNet-50 example);
-    indices and replaced stay on the host, where the loader reads them. `recipe` gives the mean and
+    """A built-to-be DALI Pipeline whose outputs are images, labels, indices and replaced indices,
+    then the source's field outputs where it sends them (source.FIELD_OUTPUTS). On CUDA the images and
+    labels leave it on the GPU (labels.gpu(), as DALI's ResNet-50 example); the rest stay on the
+    host, where the loader reads them. `recipe` gives the mean and
     std and the op slots to build where the source sends ops (PlannedSource.outputs: train views of
     a recipe with ops); without them (the default recipe, eval) the graph has no op and no DALI
     conditional."""
@@ -91,7 +92,7 @@ def _graph(source, cuda: bool, output: str, channels_last: bool, layout: OpLayou
     from nvidia.dali import fn, types
 
     dtypes = dict(data=types.UINT8, label=types.INT64, index=types.INT64, flip=types.INT32, interpolation=types.INT32,
-                  replaced=types.INT64)  # the rest: FLOAT
+                  replaced=types.INT64, fields=types.UINT8, fields_len=types.INT64)  # the rest: FLOAT
     # prefetch_queue_depth: DALI schedules a batch on its workers only while fewer than this many
     # are ahead; its default, 1, keeps one worker busy and the others idle (on storage with latency
     # the source then starves the decoder). One batch ahead per worker keeps them all reading.
@@ -119,4 +120,5 @@ def _graph(source, cuda: bool, output: str, channels_last: bool, layout: OpLayou
     images = fn.crop_mirror_normalize(images, mirror=mirror, mean=[0.0] * 3 if raw else [m * 255 for m in mean],
                                       std=[1.0] * 3 if raw else [v * 255 for v in std], dtype=dtype,
                                       output_layout="HWC" if channels_last else "CHW")
-    return images, s["label"].gpu() if cuda else s["label"], s["index"], s["replaced"]
+    fields = tuple(s[name] for name in ("fields", "fields_len") if name in s)  # passed through, on the host
+    return (images, s["label"].gpu() if cuda else s["label"], s["index"], s["replaced"], *fields)

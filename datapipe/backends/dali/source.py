@@ -32,6 +32,7 @@ from ...sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan, record_of
 from ...storage.isolate import forks_nothing, may_fork_workers
 from ..bad_samples import serve_or_substitute
 from ..deaths import shield_worker
+from ..fields import FieldSpec
 
 RING = 16  # rows of the table; only the DALI epoch being drained and the next one are ever live
 COLUMNS = 4  # epoch, DALI epoch written for, batch limit, image size
@@ -107,11 +108,22 @@ class ViewSettings:
 Prepared = tuple[np.ndarray, int, tuple[np.ndarray, ...]]  # encoded bytes, label, the view's outputs
 
 # What the source sends per sample, by name: the record (encoded bytes, label, index), its view, the
-# ops (only where the graph applies ops: the recipe has some and the view is the train view), and
-# the record the sample replaced (-1 for none). graph.py reads them by these names.
+# ops (only where the graph applies ops: the recipe has some and the view is the train view), the
+# record the sample replaced (-1 for none), and where fields beyond image and label are asked for,
+# the served record's values of them (fields.FieldSpec.to_wire: UTF-8 JSON, zero-padded to the
+# batch's longest) and that JSON's length. graph.py reads them by these names.
 RECORD_OUTPUTS = ("data", "label", "index")
 VIEW_OUTPUTS = ("roi_anchor", "roi_shape", "resized", "window", "window_shape", "flip", "interpolation")
 OP_OUTPUTS = ("ops", "matrices")
+FIELD_OUTPUTS = ("fields", "fields_len")
+
+
+def padded(blobs: list[bytes]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """A batch's FIELD_OUTPUTS: each blob zero-padded to the longest (DALI's PyTorch iterator makes
+    one tensor of a batch's samples: their shapes must agree), and each blob's length."""
+    width = max(len(b) for b in blobs)
+    rows = [np.frombuffer(b.ljust(width, b"\0"), dtype=np.uint8) for b in blobs]
+    return rows, [np.array(len(b), np.int64) for b in blobs]
 
 
 def view_outputs(geometry: ViewGeometry, size: int) -> tuple[np.ndarray, ...]:
@@ -136,10 +148,12 @@ class PlannedSource:
     replaced (-1 for none). The image size of each DALI epoch comes from its table row (progressive
     resizing), else from the settings."""
 
-    def __init__(self, dataset: Dataset, plan: EpochPlan | ShardPlan, table: EpochTable, settings: ViewSettings) -> None:
-        self.dataset, self.plan, self.table, self.settings = dataset, plan, table, settings
+    def __init__(self, dataset: Dataset, plan: EpochPlan | ShardPlan, table: EpochTable, settings: ViewSettings,
+                 fields: FieldSpec | None = None) -> None:
+        self.dataset, self.plan, self.table, self.settings, self.fields = dataset, plan, table, settings, fields
         self.sends_ops = settings.train and op_layout(settings.recipe).slots > 0
-        self.outputs = RECORD_OUTPUTS + VIEW_OUTPUTS + (OP_OUTPUTS if self.sends_ops else ()) + ("replaced",)
+        self.outputs = (RECORD_OUTPUTS + VIEW_OUTPUTS + (OP_OUTPUTS if self.sends_ops else ()) + ("replaced",)
+                        + (FIELD_OUTPUTS if fields is not None else ()))
         self._maker_pid = os.getpid()  # kept through pickling: a spawned worker compares its own with it
         self._cached: tuple[tuple[int, int], Sequence[np.ndarray]] | None = None
         self._ahead: Sequence[tuple[int, ...]] | None = None  # per batch, computed when asked for
@@ -158,19 +172,20 @@ class PlannedSource:
         """Record `index`'s encoded bytes, label and view columns, its planned ops with them where the
         graph applies ops: the planner's draw order (the view, then the ops, from one rng seeded by
         `key`: the record, or its repeat's key under repeated augmentation, sharding.EpochKeys)."""
-        data, label, view, rng = self._read(epoch, index, size or self.settings.image_size, key)
+        data, label, view, rng, _ = self._read(epoch, index, size or self.settings.image_size, key)
         return data, label, view + self._ops(rng, size or self.settings.image_size)
 
-    def _read(self, epoch: int, index: int, size: int, key: int | None) -> tuple[np.ndarray, int, tuple, Any]:
-        """The part a bad record can fail (read, structure check, header, view), and the rng the plan
-        continues from; raises for a record that cannot be used."""
-        sample = self.dataset[index]
+    def _read(self, epoch: int, index: int, size: int, key: int | None) -> tuple[np.ndarray, int, tuple, Any, Any]:
+        """The part a bad record can fail (read, structure check, header, view), the rng the plan
+        continues from, and the record's stored fields when asked for; raises for a record that cannot be used."""
+        sample = self.dataset[index] if self.fields is None else self.dataset.record(index)
         s = self.settings
         if s.check_files:
             check_structure(sample.data)
         rng = sample_rng(s.seed, epoch, index if key is None else key)
         geometry = view_geometry(sample.data, size, train=s.train, rng=rng, recipe=s.recipe)
-        return np.frombuffer(sample.data, dtype=np.uint8), sample.label, view_outputs(geometry, size), rng
+        return (np.frombuffer(sample.data, dtype=np.uint8), sample.label, view_outputs(geometry, size), rng,
+                None if self.fields is None else sample.fields)
 
     def _ops(self, rng, size: int) -> tuple[np.ndarray, ...]:
         """The planned ops' columns, drawn right after the view from the same rng; none where the graph
@@ -196,13 +211,18 @@ class PlannedSource:
         if self._ahead:
             self.dataset.read_ahead(list(self._ahead[batch_info.iteration]))
         columns: tuple[list[np.ndarray], ...] = tuple([] for _ in self.outputs)
+        blobs: list[bytes] = []
         for key in batches[batch_info.iteration]:
             index = record_of(int(key), len(self.dataset))
-            (data, label, view, rng), served, bad = serve_or_substitute(
+            (data, label, view, rng, stored), served, bad = serve_or_substitute(
                 lambda i: self._read(epoch, i, size, int(key) if i == index else i), self.dataset, index,
                 seed=self.settings.seed, epoch=epoch, skip=self.settings.skip_errors)
             values = (data, np.array(label, np.int64), np.array(served, np.int64), *view, *self._ops(rng, size),
                       np.array(-1 if bad is None else bad.index, np.int64))
             for column, value in zip(columns, values):
                 column.append(value)
+            if self.fields is not None:  # the served record's (a substitute's for a bad one), tokenized here
+                blobs.append(self.fields.to_wire(self.fields.values(stored)))
+        if self.fields is not None:
+            return columns[:-2] + padded(blobs)
         return columns

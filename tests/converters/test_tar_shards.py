@@ -1,0 +1,116 @@
+"""`datapipe convert` from other tools' WebDataset shards (converters.tar_shards): img2dataset's
+output folder (tools/make_img2dataset_sample.py) or a brace pattern, into every format, captions and
+metadata carried byte-exact; a shard cut short reported in one line; --resume."""
+from __future__ import annotations
+
+import io
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from converters import ConvertOptions, convert, make_plan
+from datapipe import open_dataset, read_manifest
+from datapipe.cli import main
+from datapipe.inspect import verify
+from datapipe.records import Fields, canonical_meta
+from tests.converters.stopping import after_checkpoint, kill_convert_when_stopped
+from tools.make_img2dataset_sample import make
+
+OPTIONS = dict(workers=2, progress=False, shard_bytes=64 << 10, checkpoint_every=4)
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory) -> tuple[Path, list[dict]]:
+    root = tmp_path_factory.mktemp("i2d") / "data"
+    return root, make(root, shards=3, per_shard=6, failed=1, seed=3)
+
+
+def txt_members(root: Path) -> dict[str, bytes]:
+    """key -> the bytes of its `.txt` member, read by Python's tarfile."""
+    out = {}
+    for shard in sorted(root.glob("*.tar")):
+        with tarfile.open(shard) as tar:
+            out |= {m.name[:-4]: tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(".txt")}
+    return out
+
+
+def contents(dst: Path) -> dict[str, tuple]:
+    ds = open_dataset(dst)
+    return {r.key: (r.data, r.label, r.fields) for r in (ds.record(i) for i in range(len(ds)))}
+
+
+@pytest.mark.parametrize("suffix", [".lmdb", ".h5", ".wds"])
+def test_an_img2dataset_folder_converts_with_its_captions_byte_exact(sample, tmp_path, suffix):
+    root, written = sample
+    dst = tmp_path / f"out{suffix}"
+    report = convert(root, dst, ConvertOptions(**OPTIONS))
+    assert report.processed == len(written) and report.skipped == 0  # the sidecars are not inputs
+    got = contents(dst)
+    assert got == {s["__key__"]: (s["jpg"], -1, Fields(s["txt"], canonical_meta(s["json"]), None)) for s in written}
+    assert {key: fields.text.encode("utf-8") for key, (_, _, fields) in got.items()} == txt_members(root)
+    manifest = read_manifest(dst)
+    assert manifest.classes == [] and manifest.splits["train"].fields == ["text", "meta"]
+    assert verify(dst, progress=False).ok
+
+
+def test_a_brace_pattern_converts_through_the_cli_and_multi_labels_come_from_cls(tmp_path, capsys):
+    root = tmp_path / "data"
+    written = make(root, shards=2, per_shard=5, failed=0, classes=4, seed=4)
+    assert main(["convert", f"{root}/{{00000..00001}}.tar", str(tmp_path / "out.lmdb"), "--workers", "1", "-q"]) == 0
+    ids = {s["__key__"]: tuple(sorted({int(t) for t in s["cls"].replace(",", " ").split()})) for s in written}
+    assert any(len(v) > 1 for v in ids.values())
+    got = contents(tmp_path / "out.lmdb")
+    assert {key: (label, fields.labels) for key, (_, label, fields) in got.items()} == {
+        key: (v[0], v) for key, v in ids.items()}
+    top = max(max(v) for v in ids.values())
+    assert read_manifest(tmp_path / "out.lmdb").classes == [str(c) for c in range(top + 1)]
+
+
+def test_a_shard_cut_short_keeps_the_samples_before_the_damage_and_is_one_line(sample, tmp_path, capsys):
+    root, written = sample
+    copy = tmp_path / "data"
+    shutil.copytree(root, copy)
+    with tarfile.open(copy / "00001.tar") as tar:
+        txts = [m for m in tar.getmembers() if m.name.endswith(".txt")]
+    cut = txts[2]  # the third sample loses its caption: it is dropped with the rest
+    with open(copy / "00001.tar", "r+b") as fh:
+        fh.truncate(cut.offset_data + 3)
+    assert main(["convert", str(copy), str(tmp_path / "out.wds"), "--workers", "1", "--shard-size", "64KiB"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("skipped")]
+    assert len(lines) == 1 and lines[0].strip().startswith("skipped 00001.tar: ")
+    assert "the 2 samples before it are kept" in lines[0]
+    shard1 = [s["__key__"] for s in written if int(s["__key__"]) // 10 == 1]  # keys: shard * 10 + row
+    assert set(contents(tmp_path / "out.wds")) == {s["__key__"] for s in written} - set(shard1[2:])
+
+
+def test_a_killed_conversion_resumes_to_the_clean_result(sample, tmp_path):
+    root, written = sample
+    clean, dst = tmp_path / "clean.lmdb", tmp_path / "resumed.lmdb"
+    convert(root, clean, ConvertOptions(**OPTIONS))
+    kill_convert_when_stopped(["convert", str(root), str(dst), "--workers", "2", "--checkpoint-every", "4", "-q"],
+                              after_checkpoint(8))
+    assert not dst.exists()
+    report = convert(root, dst, ConvertOptions(**OPTIONS, resume=True))
+    assert 0 < report.processed < len(written)
+    assert read_manifest(dst).splits == read_manifest(clean).splits
+    assert contents(dst) == contents(clean)
+
+
+def test_a_changed_caption_changes_the_plan(sample, tmp_path):
+    """Captions are known at scan: one edited moves the plan's fingerprint (and --resume refuses)."""
+    root, written = sample
+    copy = tmp_path / "data"
+    shutil.copytree(root, copy)
+    first = dict(written[0], txt="another caption")
+    shard = copy / "00000.tar"
+    with tarfile.open(shard) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    with tarfile.open(shard, "w") as tar:
+        for m, data in members:
+            data = first["txt"].encode() if m.name == f"{first['__key__']}.txt" else data
+            m.size = len(data)
+            tar.addfile(m, io.BytesIO(data))
+    assert make_plan(copy).fingerprint != make_plan(root).fingerprint
+    assert [t.fields.text for t in make_plan(copy).tasks][0] == "another caption"
