@@ -8,6 +8,7 @@ from typing import Any
 from tqdm import tqdm
 
 from .formats import open_dataset, read_manifest
+from .formats.base import Dataset
 from .formats.trusted import check_sha256
 from .records import CHAIN_START, SplitInfo, chain_digest, record_digest
 from .scan import scan_folder
@@ -16,10 +17,14 @@ from .storage import is_url, redact
 
 def describe(path: str | Path) -> dict[str, Any]:
     """The manifest as a plain dict (format, classes, splits with samples/bytes/skipped, arguments)."""
+    if isinstance(path, str) and not is_url(path) and not Path(path).exists():  # a shard or Parquet pattern
+        return _described(open_dataset(path))
     path = path if is_url(path) else Path(path)
     manifest = read_manifest(path)
     if manifest is None:
-        open_dataset(path)  # raises the right error for an interrupted or foreign path
+        opened = open_dataset(path)  # raises the right error for an interrupted or foreign path
+        if opened.format != "folder":  # a folder of other tools' shards (img2dataset's)
+            return _described(opened)
         layout = scan_folder(path)
         return {"format": "folder", "path": str(path), "classes": list(layout.classes.classes),
                 "splits": {s: {"samples": len(f), "skipped": layout.skipped.get(s, []), "fields": _carried(f)}
@@ -31,6 +36,12 @@ def describe(path: str | Path) -> dict[str, Any]:
         body["splits"][name] = {"samples": info.samples, "bytes": info.bytes, "digest": info.digest,
                                 "skipped": info.skipped, "shards": len(info.shards), "fields": list(info.fields)}
     return body
+
+
+def _described(ds: Dataset) -> dict[str, Any]:
+    """What an opened dataset without a manifest says of itself: shards of other tools, Parquet files."""
+    return {"format": ds.format, "path": redact(str(ds.path)), "classes": list(ds.classes),
+            "splits": {ds.split: {"samples": len(ds), "skipped": [], "fields": list(ds.fields)}}}
 
 
 def _carried(files: list[Any]) -> list[str]:

@@ -122,7 +122,8 @@ def converted_here(block: Block) -> set[str]:
 
 @pytest.fixture(scope="session")
 def library(tmp_path_factory) -> Path:
-    """imagenet/, raw_val/ + val.csv, data/ (Parquet), and imagenet/ converted by the CLI to each format, once."""
+    """imagenet/, raw_val/ + val.csv, data/ (Parquet), laion-sample/ (img2dataset's layout: image-text
+    shards), and imagenet/ converted by the CLI to each format, once."""
     root = tmp_path_factory.mktemp("docs-library")
     shutil.copytree(IMAGEFOLDER, root / "imagenet", symlinks=False)
     (root / "raw_val").mkdir()
@@ -135,6 +136,9 @@ def library(tmp_path_factory) -> Path:
     from tests.parquet_data import write_hub
 
     write_hub(root / "data")  # Parquet files as the Hugging Face Hub stores them
+    from tools.make_img2dataset_sample import make
+
+    make(root / "laion-sample", shards=2, per_shard=16, failed=1, seed=0)
     for name in DATASETS:
         run(["datapipe", "convert", "imagenet/", name, "-q"], root, environment(tmp_path_factory.mktemp("tmp")),
             what=f"converting {name}")

@@ -77,6 +77,17 @@ def test_make_loader_reads_the_folder_every_record_once_and_gives_captions(sampl
     assert captions == {i: ds.record(i).fields.text for i in range(len(ds))}
 
 
+@pytest.mark.parametrize("pattern", [False, True])
+def test_info_describes_the_shards_and_their_fields(sample, pattern, capsys, monkeypatch, tmp_path):
+    from datapipe.cli import main
+
+    root, written = sample
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the index cache
+    assert main(["info", str(root / "{00000..00002}.tar") if pattern else str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "wds-shards, 0 classes" in out and f"train: {len(written)} samples" in out and "fields: text, meta" in out
+
+
 def test_a_cls_with_several_ids_is_a_multi_label_record_whose_label_is_its_first(multi, tmp_path):
     root, written = multi
     ds = open_dataset(root, cache_dir=tmp_path / "cache")
