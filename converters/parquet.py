@@ -5,11 +5,14 @@ schema's metadata, label -1 for a split without labels) is datapipe.formats.parq
 fields beside them: a caption column (`caption`/`text`) becomes each record's `Fields.text`, a
 multi-label column (`Sequence(ClassLabel)`, or `labels` holding id lists) its `Fields.labels`; both
 are small and read here, at plan time, so the plan's fingerprint and the record digests cover them.
+Which column gives the label and the classes when a file has a label and a list column is that
+module's rule; a row whose label or list holds an id outside the classes is skipped with its reason.
 
-The plan reads only each file's footer and its label column. Each row becomes a task whose path is a
-`ParquetRow` (converters.members): workers read its row group when they first need one of its rows
-and keep that one row group (bounded memory: one per process), so tasks go in row-group order: for
-a .wds output the seed shuffles the row groups and the rows inside each, not all rows at once.
+The plan reads only each file's footer and its label, caption and multi-label columns. Each row
+becomes a task whose path is a `ParquetRow` (converters.members): workers read its row group when
+they first need one of its rows and keep that one row group (bounded memory: one per process), so
+tasks go in row-group order: for a .wds output the seed shuffles the row groups and the rows inside
+each, not all rows at once.
 A file that is not readable Parquet (a truncated download) or lacks a column stops the plan with one
 line; a bad image is skipped and listed as `FILE#row N` like a folder's bad file.
 """
@@ -22,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from datapipe.formats.parquet import (UNLABELED, HubFile, class_names, pyarrow, read_hub_file, record_fields,
-                                      row_fields, row_group_images, split_of)
+from datapipe.formats.parquet import (UNLABELED, HubFile, Rows, bad_label, class_names, pyarrow, read_hub_file,
+                                      read_rows, record_fields, row_group_images, split_of)
 from datapipe.headers import BadImageError
 from datapipe.records import NO_FIELDS, ClassIndex
 from datapipe.scan import SPLIT_NAMES, FolderLayout, ImageFile, make_key
@@ -118,19 +121,20 @@ def _rows(info: HubFile, root: Path, classes: ClassIndex, taken: set[str],
     with a label outside the classes go to `skipped`."""
     rel = info.path.relative_to(root).as_posix() if info.path != root else info.path.name
     stem = rel[: -len(".parquet")] if rel.lower().endswith(".parquet") else rel
-    texts, ids = _file_fields(info)
+    data = _file_rows(info)
+    labels = data.labels.tolist()
     out, first = [], 0
     for group, (rows, size) in enumerate(info.groups):
         files = []
         for row in range(first, first + rows):
-            label, relpath = info.labels[row], f"{rel}#row {row}"
+            label, relpath = labels[row], f"{rel}#row {row}"
             try:
-                fields = record_fields(texts[row], ids[row], info, len(classes)) if info.fields else NO_FIELDS
+                fields = record_fields(data.texts[row], data.ids[row], info, len(classes)) if info.fields else NO_FIELDS
+                reason = bad_label(label, len(classes))
             except ValueError as exc:  # a multi-label id outside the classes
-                skipped.append({"path": relpath, "reason": str(exc)})
-                continue
-            if not (label == UNLABELED or 0 <= label < len(classes)):
-                skipped.append({"path": relpath, "reason": f"label {label} is not a class id (0..{len(classes) - 1})"})
+                reason = str(exc)
+            if reason:
+                skipped.append({"path": relpath, "reason": reason})
                 continue
             path = ParquetRow(str(info.path), group, first, row, info.image)
             files.append(ImageFile(path, relpath, label, make_key(f"{stem}/{row:08d}", taken),  # type: ignore[arg-type]
@@ -140,16 +144,15 @@ def _rows(info: HubFile, root: Path, classes: ClassIndex, taken: set[str],
     return out
 
 
-def _file_fields(info: HubFile) -> tuple[list, list]:
-    """The captions and multi-label id lists of every row of the file (empty when it has neither);
-    a ValueError (one line) when they cannot be read."""
-    if not info.fields:
-        return [], []
+def _file_rows(info: HubFile) -> Rows:
+    """The labels, captions and multi-label id lists of every row of the file (not its images); a
+    ValueError (one line) when they cannot be read."""
     pa, _ = pyarrow()
     try:
-        return row_fields(info.path, info)
+        return read_rows(info.path, info)
     except (pa.ArrowException, OSError) as exc:
-        raise ValueError(f"{info.path}: its {' and '.join(info.fields)} column(s) cannot be read "
+        columns = [c for c in (info.label, info.caption, info.multi) if c]
+        raise ValueError(f"{info.path}: its {' and '.join(map(repr, columns))} column(s) cannot be read "
                          f"({str(exc).splitlines()[0]}); a truncated download? Fetch it again") from None
 
 

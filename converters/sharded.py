@@ -22,12 +22,12 @@ import numpy as np
 from tqdm import tqdm
 
 from datapipe.formats.wds import offsets_file
-from datapipe.records import MANIFEST_NAME, Manifest, SplitInfo, chain_digest
+from datapipe.records import MANIFEST_NAME, Manifest, SplitInfo, chain_digest, field_union
 
 from .engines import Engine
 from .errors import ConvertError
 from .plan import Plan, ShardJob, shard_jobs
-from .shards import ShardContext, ShardRecords, field_names
+from .shards import ShardContext, ShardRecords
 from .sources import changed_files, name_some
 from .staging import mismatched_arguments
 from .targets import LIST_SUFFIX, Target
@@ -99,7 +99,7 @@ class Merger:
         info.samples += len(records.digests)
         info.bytes += records.data_bytes
         info.skipped += records.skipped
-        info.fields = field_names(info.fields, records.fields)
+        info.fields = field_union(info.fields, records.fields)
         if records.shard is not None:
             info.shards.append(records.shard)
             self.starts[records.split].append(np.asarray(records.starts, dtype=np.int64))

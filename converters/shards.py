@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from datapipe.decode import check_image
 from datapipe.formats.wds import ShardFile, idx_name, sample_starts
 from datapipe.headers import BadImageError
-from datapipe.records import FIELD_NAMES, Record, record_digest
+from datapipe.records import Record, field_union, record_digest
 from datapipe.storage import RemoteStore, StoreNotFound, redact
 
 from .errors import ConvertError, ShardFailed, StrictStop
@@ -132,13 +132,8 @@ def _store_one(shard: ShardFile, task: Task, position: int, ctx: ShardContext, r
     records.sources.append(file_fingerprint(st, task.key, task.label, raw, (data, digest), task.fields))
     shard.add_record(position, Record(task.key, data, task.label, task.relpath, digest, task.fields))
     if task.fields:
-        records.fields = field_names(records.fields, task.fields.to_json())
+        records.fields = field_union(records.fields, task.fields.to_json())
     records.digests.append(digest)
     records.data_bytes += len(data)
     return len(data)
 
-
-def field_names(names: Iterable[str], more: Iterable[str]) -> list[str]:
-    """The field names in either list, in FIELD_NAMES order (a split's SplitInfo.fields)."""
-    have = {*names, *more}
-    return [name for name in FIELD_NAMES if name in have]

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from datapipe.formats.tar import Component, group_samples, walk_tar_until_damage
 from datapipe.formats.wds_foreign import IMAGE_EXTS, expand_shards, parse_cls, shard_folder
-from datapipe.records import ClassIndex, Fields, canonical_meta, multi_labels
+from datapipe import field_text
+from datapipe.records import ClassIndex, Fields, multi_labels
 from datapipe.scan import FolderLayout, ImageFile, make_key
 
 from .imagenet import find_download
@@ -59,8 +60,8 @@ def shard_paths(src: str | Path) -> list[str] | None:
 
 
 def _read_fields(fd: int, found: dict[str, Component]) -> tuple[str | None, str | None, tuple[int, ...] | None]:
-    """The caption, canonical metadata and class ids of one sample (None where it has no such member);
-    a ValueError naming the member that cannot be read as one."""
+    """The caption (as written), canonical metadata and class ids of one sample (None where it has no
+    such member); a ValueError naming the member that cannot be read as one (datapipe.field_text)."""
     def member(ext: str) -> bytes | None:
         if ext not in found:
             return None
@@ -71,15 +72,9 @@ def _read_fields(fd: int, found: dict[str, Component]) -> tuple[str | None, str 
         return data
 
     text, meta, ids = member("txt"), member("json"), member("cls")
-    try:
-        caption = None if text is None else text.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"its .txt member is not UTF-8 text (byte {exc.start})") from None
-    try:
-        meta_text = None if meta is None else canonical_meta(meta)
-    except ValueError as exc:  # not JSON, not UTF-8, not an object
-        raise ValueError(f"its .json member is not a JSON object ({exc})") from None
-    return caption, meta_text, None if ids is None else multi_labels(parse_cls(ids, "its .cls member"))
+    return (None if text is None else field_text.caption(text, "its .txt member", strip_newline=False),
+            None if meta is None else field_text.metadata(meta, "its .json member"),
+            None if ids is None else multi_labels(parse_cls(ids, "its .cls member")))
 
 
 def scan_shard(shard: str, rel: str) -> tuple[list[ShardSample], list[dict[str, str]]]:

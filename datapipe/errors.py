@@ -16,6 +16,17 @@ def first_line(exc: BaseException, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+class OwnLineError(ExpectedError):
+    """An expected error that keeps its own one line when a worker's traceback is wrapped around it:
+    torch's DataLoader re-raises a worker's error as its type with "Caught X in DataLoader worker
+    process 0. Original Traceback ..."; DALI reports its source worker's error with the pipeline's."""
+
+    def __init__(self, message: str) -> None:
+        marker = f"{type(self).__name__}: "
+        found = [line for line in str(message).splitlines() if marker in line]
+        super().__init__(found[-1].partition(marker)[2].strip() if found else message)
+
+
 class DiskFull(ExpectedError):
     """No space left (ENOSPC) or over quota (EDQUOT) while writing a file: the message names the
     folder, the bytes needed and what to do."""

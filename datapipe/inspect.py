@@ -17,8 +17,8 @@ from .storage import is_url, redact
 
 def describe(path: str | Path) -> dict[str, Any]:
     """The manifest as a plain dict (format, classes, splits with samples/bytes/skipped, arguments)."""
-    if isinstance(path, str) and not is_url(path) and not Path(path).exists():  # a shard or Parquet pattern
-        return _described(open_dataset(path))
+    if isinstance(path, str) and not is_url(path) and (path.endswith(".tar") or not Path(path).exists()):
+        return _described(open_dataset(path))  # other tools' shards: one, or a pattern (or a Parquet pattern)
     path = path if is_url(path) else Path(path)
     manifest = read_manifest(path)
     if manifest is None:

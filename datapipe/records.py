@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 from .names import UnsafeName, check_digest, check_name
 
@@ -61,12 +61,14 @@ FIELD_NAMES = Fields._fields  # what a dataset may carry beside image and label,
 
 
 def canonical_meta(meta: Any) -> str:
-    """A record's JSON metadata as stored: an object, keys sorted, compact, UTF-8 kept."""
+    """A record's JSON metadata as stored: an object, keys sorted, compact, ASCII (other characters
+    as JSON escapes, so any valid JSON, a lone surrogate's escape too, encodes; json.loads gives the
+    same object back)."""
     if isinstance(meta, (str, bytes)):
         meta = json.loads(meta)
     if not isinstance(meta, dict):
         raise ValueError(f"metadata must be a JSON object, got a JSON {type(meta).__name__}")
-    return json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(meta, sort_keys=True, separators=(",", ":"))
 
 
 def multi_labels(labels: Any, classes: int | None = None) -> tuple[int, ...]:
@@ -97,7 +99,7 @@ class Record(NamedTuple):
 def record_digest(key: str, label: int, data: bytes, fields: Fields = NO_FIELDS) -> str:
     """sha256 over key, label, the other fields and the bytes: a change to any of them changes the
     digest. A record without other fields has the digest it had before fields existed."""
-    extra = f"\1{json.dumps(fields.to_json(), sort_keys=True, ensure_ascii=False)}" if fields else ""
+    extra = f"\1{json.dumps(fields.to_json(), sort_keys=True)}" if fields else ""
     h = hashlib.sha256(f"{key}\0{label}{extra}\0".encode())
     h.update(data)
     return h.hexdigest()
@@ -155,8 +157,14 @@ class SplitInfo:
 
     def note_fields(self, fields: Fields) -> None:
         """Add the names of the fields `fields` has to the split's list (in FIELD_NAMES order)."""
-        have = set(self.fields) | {name for name, v in zip(FIELD_NAMES, fields) if v is not None}
-        self.fields = [name for name in FIELD_NAMES if name in have]
+        self.fields = field_union(self.fields, [name for name, v in zip(FIELD_NAMES, fields) if v is not None])
+
+
+def field_union(*names: Iterable[str]) -> list[str]:
+    """The field names in any of the lists, in FIELD_NAMES order (SplitInfo.fields: a split's, merged
+    from its shards' or its images')."""
+    have = {name for some in names for name in some}
+    return [name for name in FIELD_NAMES if name in have]
 
 
 @dataclass
@@ -178,6 +186,9 @@ class Manifest:
     def to_json(self) -> str:
         body = asdict(self)
         body["errors"] = self.errors
+        for info in body["splits"].values():  # a split without fields is written as before fields existed,
+            if not info["fields"]:            # so the datapipe before them still reads it
+                del info["fields"]
         return json.dumps(body, indent=1, sort_keys=True)
 
     @classmethod

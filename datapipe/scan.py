@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import json
 import logging
 import os
 import re
@@ -18,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
-from .records import NO_FIELDS, ClassIndex, Fields, canonical_meta
+from . import field_text
+from .records import NO_FIELDS, ClassIndex, Fields
 from .storage.urls import is_url
 
 log = logging.getLogger(__name__)
@@ -126,27 +126,6 @@ def read_optional(path: str) -> bytes | None:
         return None
 
 
-def caption_text(raw: bytes, where: str) -> str:
-    """A caption file's text: UTF-8, one trailing newline (\\n or \\r\\n) dropped."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"caption {where} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
-    return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
-
-
-def meta_text(raw: bytes, where: str) -> str:
-    """A metadata file's JSON object, canonical (records.canonical_meta)."""
-    try:
-        return canonical_meta(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"metadata {where} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"metadata {where} is not valid JSON ({exc}); fix or remove it") from None
-    except (ValueError, RecursionError) as exc:  # not an object, or nested past Python's recursion limit
-        raise ValueError(f"{where}: {exc}") from None
-
-
 def read_sidecars(image: str, where: str, kinds: Collection[str],
                   read: Callable[[str], bytes | None] = read_optional) -> Fields:
     """The caption and metadata beside `image` (NAME.txt, NAME.json; only the `kinds` a scan found
@@ -162,7 +141,8 @@ def read_sidecars(image: str, where: str, kinds: Collection[str],
         except OSError as exc:
             raise ValueError(f"{shown}{ext} cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
         if raw is not None:
-            values[kind] = (caption_text if kind == "text" else meta_text)(raw, shown + ext)
+            values[kind] = (field_text.caption(raw, f"caption {shown}{ext}", strip_newline=True) if kind == "text"
+                            else field_text.metadata(raw, f"metadata {shown}{ext}"))
     return Fields(values.get("text"), values.get("meta")) if values else NO_FIELDS
 
 

@@ -31,7 +31,7 @@ BAD = {  # image -> (sidecar name, bytes, what the skip reason says)
     "train/dog/dog_004.jpg": ("dog_004.txt", b"caf\xe9\n", r"caption train/dog/dog_004\.txt is not UTF-8"),
     "train/cat/cat_004.jpg": ("cat_004.json", b"{not json", r"metadata train/cat/cat_004\.json is not valid JSON"),
     "val/dog/dog_001.jpg": ("dog_001.json", b"[1, 2]",
-                            r"val/dog/dog_001\.json: metadata must be a JSON object, got a JSON list"),
+                            r"metadata val/dog/dog_001\.json is not a JSON object \(it holds a JSON array\)"),
 }
 
 

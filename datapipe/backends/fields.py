@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..errors import OwnLineError, first_line
 from ..records import Fields
 
 FIELD_CHOICES = ("image", "label", "text", "meta", "multilabel")
@@ -67,6 +68,11 @@ def __getattr__(name: str) -> Any:
         except ValueError:
             pass
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class TokenizerFailed(OwnLineError, ValueError):
+    """The tokenizer= raised on a caption, or returned what is not one caption's token ids: an error of
+    the loader's configuration, never a bad record (no backend serves around it)."""
 
 
 def token_ids(out: Any) -> np.ndarray:
@@ -119,12 +125,21 @@ class FieldSpec:
         for name in self.extra:
             if name == "text":
                 text = fields.text or ""
-                out.append(text if self.tokenizer is None else token_ids(self.tokenizer(text)))
+                out.append(text if self.tokenizer is None else self.tokens(text))
             elif name == "meta":
                 out.append(fields.meta or "{}")
             else:
                 out.append(tuple(fields.labels or ()))
         return tuple(out)
+
+    def tokens(self, text: str) -> np.ndarray:
+        """The tokenizer's ids for one caption; TokenizerFailed, one line naming it and the caption,
+        when it raises or returns something that is not one caption's ids."""
+        try:
+            return token_ids(self.tokenizer(text))
+        except Exception as exc:
+            raise TokenizerFailed(f"tokenizer {getattr(self.tokenizer, '__name__', self.tokenizer)!r} failed on the "
+                                  f"caption {text[:60]!r}: {type(exc).__name__}: {first_line(exc)}") from None
 
     def columns(self, rows: list[tuple]) -> dict[str, Any]:
         """A batch's samples' values (from `values`) as one column per extra field, on the host."""
@@ -168,9 +183,13 @@ def stack_ids(ids: list[np.ndarray]) -> torch.Tensor | list[torch.Tensor]:
 
 
 def multi_hot(ids: list[tuple[int, ...]], num_classes: int) -> torch.Tensor:
-    """Multi-label targets as an N x classes float32 multi-hot tensor."""
+    """Multi-label targets as an N x classes float32 multi-hot tensor (an id outside the classes: a
+    ValueError; the formats refuse such a record when it is read, so this is a last guard)."""
     out = torch.zeros((len(ids), num_classes), dtype=torch.float32)
     for k, labels in enumerate(ids):
+        if any(not 0 <= i < num_classes for i in labels):
+            raise ValueError(f"multi-label ids {list(labels)} of a batch's sample {k} are not all class ids "
+                             f"(0..{num_classes - 1})")
         if labels:
             out[k, list(labels)] = 1.0
     return out

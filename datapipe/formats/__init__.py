@@ -116,6 +116,8 @@ def open_dataset(path: str | Path, split: str = "train", *, cache_dir: str | Pat
         return open_remote(str(path), split, cache_dir=Path(cache_dir) if cache_dir else None, cache_limit=cache_limit)
     if is_parquet_pattern(path):  # Hugging Face Hub Parquet files, read in place (datapipe.formats.parquet)
         return ParquetDataset(path, split)
+    if Path(path).name.endswith(PARTIAL_SUFFIX):  # a conversion's staging folder: never read as other tools' shards
+        raise _interrupted(Path(path).with_name(Path(path).name[: -len(PARTIAL_SUFFIX)]), Path(path))
     pattern = isinstance(path, str) and (path.endswith(".tar") or ("{" in path and not Path(path).exists()))
     if pattern or (Path(path).is_dir() and shard_folder(path) and read_manifest(path) is None):  # img2dataset's
         if split != "train":
@@ -123,8 +125,6 @@ def open_dataset(path: str | Path, split: str = "train", *, cache_dir: str | Pat
                                 "open the other split's shards by their own pattern")
         return ForeignShardsDataset(str(path), cache_dir=Path(cache_dir) if cache_dir else None)
     path = Path(path)
-    if path.name.endswith(PARTIAL_SUFFIX):
-        raise _interrupted(path.with_name(path.name[: -len(PARTIAL_SUFFIX)]), path)
     staging = staging_path(path)
     if not path.exists():
         if staging.exists():

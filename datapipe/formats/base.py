@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from ..durable import atomic_write, fsync_file  # fsync_file: for the writers here and the converters
+from ..errors import OwnLineError
 from ..records import MANIFEST_NAME, Fields, Manifest, Record, Sample
 from ..storage import Location, StoreError, redact
 from ..storage.urls import is_url
@@ -39,18 +40,11 @@ class PerProcess(Generic[T]):
 REOPEN = "restart the job, or recreate the loader, to read the new one"  # what to do when data changed under a loader
 
 
-class DatasetReplaced(StoreError):
+class DatasetReplaced(OwnLineError, StoreError):
     """The dataset at a path is no longer the one a loader opened (re-converted in place, removed):
     the store changed, not a record, so no backend serves around it (a StoreError). Raised where a
-    process opens the data, never after reading it under the old manifest."""
-
-    def __init__(self, message: str) -> None:
-        # torch's DataLoader re-raises a worker's error as this type with "Caught DatasetReplaced in
-        # DataLoader worker process 0. Original Traceback ...": keep the one line that says what to do
-        # (also out of DALI's report of its source worker's error).
-        marker = f"{type(self).__name__}: "
-        found = [line for line in str(message).splitlines() if marker in line]
-        super().__init__(found[-1].partition(marker)[2].strip() if found else message)
+    process opens the data, never after reading it under the old manifest. Its one line survives a
+    worker's traceback (errors.OwnLineError)."""
 
 
 Signature = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns

@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from .. import field_text
 from ..names import check_name
-from ..records import FIELD_NAMES, Fields, Record, canonical_meta, multi_labels
+from ..records import FIELD_NAMES, Fields, Record, Sample, multi_labels
 from ..scan import is_image_name
 from ..storage import default_cache_dir
 from ..storage.cachedir import own_folder
@@ -259,27 +260,38 @@ class ForeignShardsDataset(Dataset):
     def shard_sizes(self) -> np.ndarray:
         return self.index["shard_sizes"]
 
+    def __getitem__(self, index: int) -> Sample:
+        """The image and label only: a classification loader never reads a caption or metadata member
+        (so a bad one fails record(index), not this)."""
+        index = self._check(index)
+        key, data, _, _ = self._image(index)
+        return Sample(key, data, int(self.index["label"][index]))
+
     def _read(self, index: int) -> Record:
+        key, data, number, path = self._image(index)
+        files, shard = self._files.get(), self.shards[number]
+        fields = Fields(*(self._field(files, number, index, field, f"{shard}: {key}.{FIELD_EXTS[field]}")
+                          for field in FIELD_NAMES)) if self.fields else Fields()
+        return Record(key, data, int(self.index["label"][index]), path, "", fields)
+
+    def _image(self, index: int) -> tuple[str, bytes, int, str]:
+        """Record `index`'s key, image bytes, shard number and `SHARD:MEMBER` path."""
         number, header, size = int(self.index["shard"][index]), int(self.index["header"][index]), int(self.index["size"][index])
-        files = self._files.get()
-        blob = files.pread(number, BLOCK + size, header)
+        blob = self._files.get().pread(number, BLOCK + size, header)
         shard = self.shards[number]
         name = check_name(member_name(blob[:100].split(b"\0", 1)[0].decode("utf-8", "replace")),
                           f"{shard}: tar member name")
-        key = name.rsplit(".", 1)[0]
-        fields = Fields(*(self._field(files, number, index, field, f"{shard}: {key}.{FIELD_EXTS[field]}")
-                          for field in FIELD_NAMES)) if self.fields else Fields()
-        return Record(key, blob[BLOCK:], int(self.index["label"][index]), f"{shard}:{name}", "", fields)
+        return name.rsplit(".", 1)[0], blob[BLOCK:], number, f"{shard}:{name}"
 
     def _field(self, files: ShardFiles, number: int, index: int, field: str, where: str) -> Any:
         """Record `index`'s `field` read from its member (None when it has none): a caption as text,
-        metadata as canonical JSON, labels as sorted ids; a ValueError naming the member otherwise."""
+        metadata as canonical JSON (datapipe.field_text), labels as sorted ids; a ValueError naming the
+        member otherwise."""
         if field not in self.fields or int(self.index[f"{field}_at"][index]) < 0:
             return () if field == "labels" and field in self.fields else None
         raw = files.pread(number, int(self.index[f"{field}_size"][index]), int(self.index[f"{field}_at"][index]))
         if field == "labels":
             return multi_labels(parse_cls(raw, where))
-        try:
-            return canonical_meta(raw) if field == "meta" else raw.decode("utf-8")
-        except ValueError as exc:  # not UTF-8; not a JSON object
-            raise ValueError(f"{where} is not {'a JSON object' if field == 'meta' else 'UTF-8 text'} ({exc})") from None
+        if field == "meta":
+            return field_text.metadata(raw, where)
+        return field_text.caption(raw, where, strip_newline=False)

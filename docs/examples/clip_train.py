@@ -53,6 +53,7 @@ def contrastive_loss(logits: torch.Tensor) -> torch.Tensor:
 def train(data: str, *, steps: int, batch_size: int, image_size: int, backend: str = "auto") -> list[float]:
     """`steps` optimizer steps over the image-text source; the losses."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(0)  # the towers' initial weights: two runs over the same data agree
     loader = datapipe.make_loader(data, batch_size=batch_size, train=True, image_size=image_size, device=device,
                                   backend=backend, drop_last=True, fields=("image", "text"), tokenizer=byte_tokens)
     model = TinyClip().to(device)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import re
 import sys
 import threading
 import zlib
@@ -18,6 +19,7 @@ from PIL import Image
 
 import datapipe
 from datapipe import Batch, LoaderOptions, make_loader, open_dataset
+from datapipe.backends.fields import TokenizerFailed
 from datapipe.formats.lmdb import LmdbWriter
 from datapipe.records import Fields, Manifest, Record, SplitInfo, canonical_meta, multi_labels, record_digest
 from tests.processes import deadline, run_in_session
@@ -212,3 +214,25 @@ def test_multi_hot_targets():
     from datapipe.backends.fields import multi_hot
 
     assert multi_hot([(0, 2), ()], 3).tolist() == [[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
+
+
+def refuses(text: str) -> list[int]:
+    raise KeyError("no vocabulary entry")
+
+
+def floats(text: str) -> list[float]:
+    return [0.5] * 3
+
+
+RAISES, FLOATS = (refuses, r"KeyError: 'no vocabulary entry'"), (floats, r"ValueError: tokenizer= must return one")
+
+
+@pytest.mark.parametrize("name, tokenizer, reason", [("threads", *FLOATS), ("dataloader-fork", *RAISES),
+                                                     ("dataloader-fork", *FLOATS)])
+def test_a_failing_tokenizer_is_one_line_naming_it_and_the_caption(with_fields, name, tokenizer, reason):
+    loader = loader_for(with_fields, name, fields=("image", "text"), tokenizer=tokenizer)
+    with deadline(DEADLINE_S), pytest.raises(TokenizerFailed) as caught:
+        one_epoch(loader)
+    message = str(caught.value)
+    assert "\n" not in message, message  # not a worker's wrapped traceback
+    assert re.match(rf"tokenizer '{tokenizer.__name__}' failed on the caption '.*': {reason}", message), message

@@ -3,6 +3,7 @@ reads them (a bad one skips its image at convert, the reason naming the sidecar)
 serves them, `datapipe info` shows the fields, and `--resume` after a caption changed never publishes a mix."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -13,12 +14,13 @@ from converters import ConvertError, ConvertOptions, convert
 from datapipe import open_dataset, read_manifest
 from datapipe.cli import main
 from datapipe.formats import staging_path
-from datapipe.records import NO_FIELDS
+from datapipe.records import NO_FIELDS, canonical_meta
 from datapipe.scan import scan_folder
 from tests.conftest import IMAGEFOLDER
 from tests.converters.faults import deadline
+from tests.converters.test_tar_shards import BAD_FIELDS, GOOD_FIELDS
 from tests.converters.stopping import after_checkpoint, after_shards, kill_convert_when_stopped
-from tests.fields_data import CAPTIONS, IMAGES, expected_fields, write_bad_sidecars, write_caption_folder
+from tests.fields_data import CAPTIONS, IMAGES, METAS, expected_fields, write_bad_sidecars, write_caption_folder
 from tests.storage.conftest import s3  # noqa: F401  (a fixture: moto's S3 server on 127.0.0.1)
 from tests.storage.test_convert_remote import upload_folder
 
@@ -42,8 +44,8 @@ def test_the_scan_reads_each_images_sidecars_and_a_lone_text_file_is_no_caption(
     assert sorted(files) == sorted(IMAGES) and not any(layout.skipped.values())  # notes.txt: neither image nor bad
     assert {p: f.fields for p, f in files.items()} == {p: expected_fields(p) for p in IMAGES}
     assert files["train/cat/cat_001.jpg"].fields.text == CAPTIONS["train/cat/cat_001.jpg"][:-1]  # one "\n" dropped
-    assert files["train/cat/cat_000.jpg"].fields.meta == (
-        '{"source":{"a":[1,null],"url":"http://x.example/é.jpg"},"width":32}')  # canonical, UTF-8 kept
+    meta = files["train/cat/cat_000.jpg"].fields.meta  # canonical (records.canonical_meta), the same object
+    assert meta == canonical_meta(METAS["train/cat/cat_000.jpg"]) and json.loads(meta) == METAS["train/cat/cat_000.jpg"]
     assert all(f.fields is NO_FIELDS for f in scan_folder(IMAGEFOLDER).splits["train"])
 
 
@@ -127,3 +129,35 @@ def test_resume_after_a_caption_changed_is_refused_as_for_a_changed_label(captio
     ds = open_dataset(dst)
     assert {ds.record(i).path: ds.record(i).fields.text for i in range(len(ds))}["train/cat/cat_000.jpg"] == \
         "a dog on a mat"
+
+
+def test_a_bad_sidecar_is_refused_in_the_words_a_shard_member_is_and_read_in_place_alike(tmp_path):
+    """The folder scan, a folder read in place and other tools' shards (tests/converters/test_tar_shards.py,
+    tests/formats/test_img2dataset.py) share one parser (datapipe.field_text): the same bytes, the same reason;
+    JSON nested past the recursion limit among them. A sidecar's one trailing newline is dropped (a shard
+    member's is kept)."""
+    image = (IMAGEFOLDER / "train/cat/cat_000.jpg").read_bytes()
+    folder = tmp_path / "src" / "cat"
+    folder.mkdir(parents=True)
+    sidecars = {key: {"txt": text, "json": meta} for key, (text, meta) in GOOD_FIELDS.items()}
+    sidecars |= {key: {"txt": b"caption", "json": b"{}", ext: blob} for key, (ext, blob, _) in BAD_FIELDS.items()}
+    for key, members in sidecars.items():
+        (folder / f"{key}.jpg").write_bytes(image)
+        for ext, blob in members.items():
+            (folder / f"{key}.{ext}").write_bytes(blob)
+    layout = scan_folder(tmp_path / "src")
+    skipped = {s["path"]: s["reason"] for s in layout.skipped["train"]}
+    assert sorted(skipped) == [f"cat/{key}.jpg" for key in sorted(BAD_FIELDS)]
+    kind = {"txt": "caption", "json": "metadata"}
+    for key, (ext, _, reason) in BAD_FIELDS.items():
+        said = f"{kind[ext]} cat/{key}.{ext} {reason}"
+        assert skipped[f"cat/{key}.jpg"].startswith(said) and "\n" not in skipped[f"cat/{key}.jpg"]
+    kept = {Path(f.relpath).stem: (f.fields.text, json.loads(f.fields.meta)) for f in layout.splits["train"]}
+    assert kept == {"000000000": ("kept as written", {"a": "ok"}), "000000006": ("caption 6", {"exif": "\ud800x"})}
+    ds = open_dataset(tmp_path / "src", cache_dir=tmp_path / "cache")
+    bad = [i for i in range(len(ds)) if ds.origin(i) in skipped]
+    assert len(bad) == len(BAD_FIELDS)
+    for i in bad:
+        with pytest.raises(ValueError) as raised:
+            ds.record(i)
+        assert str(raised.value) == skipped[ds.origin(i)]

@@ -98,3 +98,28 @@ def test_a_caption_column_of_another_type_is_one_line_naming_it(tmp_path, capsys
                                           errors[0]), errors
     with pytest.raises(ValueError, match=r"the caption column 'caption' holds int64, not strings"):
         open_dataset(str(tmp_path / TRAIN))
+
+
+def test_a_label_column_beside_a_list_of_ids_stays_the_label_and_names_the_classes(tmp_path):
+    root = tmp_path / "data"
+    root.mkdir()
+    ids = [[0, 1], [1], [], [2], [3, 7]] + [[1, 0]] * (len(ROWS) - 5)  # 7: beyond the label column's classes
+    pq.write_table(table({"label": (pa.int64(), [3] * len(ROWS)), "labels": (pa.list_(pa.int64()), ids)}),
+                   root / TRAIN, row_group_size=4)
+    report = convert(root, tmp_path / "out.lmdb", ConvertOptions(**OPTIONS))
+    assert report.splits["train"].skipped == [{"path": f"{TRAIN}#row 4", "reason": "label 7 is not a class id (0..3)"}]
+    want = [(b, 3, Fields(labels=tuple(sorted(v)))) for (_, b, _), v in zip(ROWS, ids)]
+    in_place = open_dataset(str(root / "*.parquet"))
+    assert records(open_dataset(tmp_path / "out.lmdb")) == want[:4] + want[5:]
+    assert [(r.data, r.label, r.fields) for r in map(in_place.record, [0, 1, 2, 3, 5])] == want[:4] + want[5:6]
+    assert read_manifest(tmp_path / "out.lmdb").classes == in_place.classes == ["0", "1", "2", "3"]
+    with pytest.raises(ValueError, match=r"#row 4: in its multi-label column 'labels', label 7 is not a class id"):
+        in_place.record(4)
+    sequence = {"labels": {"_type": "Sequence", "feature": {"_type": "ClassLabel", "names": NAMES}}}
+    columns = {"label": (pa.int64(), [0] * len(ROWS)), "labels": (pa.list_(pa.int64()), ids)}
+    pq.write_table(table(columns, sequence), root / TRAIN)  # the label column unnamed: the sequence's names
+    assert open_dataset(str(root / TRAIN)).classes == NAMES
+    pq.write_table(table(columns, {**sequence, "label": {"_type": "ClassLabel", "names": NAMES[::-1]}}), root / TRAIN)
+    with pytest.raises(ValueError, match=r"the label column 'label' and the multi-label column 'labels' name "
+                                         r"different classes \(road, water, .*\) and \(sky, tree, .*\)"):
+        open_dataset(str(root / TRAIN))

@@ -4,6 +4,7 @@ metadata carried byte-exact; a shard cut short reported in one line; --resume.""
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import tarfile
 from pathlib import Path
@@ -15,10 +16,42 @@ from datapipe import open_dataset, read_manifest
 from datapipe.cli import main
 from datapipe.inspect import verify
 from datapipe.records import Fields, canonical_meta
+from tests.conftest import IMAGEFOLDER
 from tests.converters.stopping import after_checkpoint, kill_convert_when_stopped
 from tools.make_img2dataset_sample import make
 
 OPTIONS = dict(workers=2, progress=False, shard_bytes=64 << 10, checkpoint_every=4)
+# One sample a kind of bad caption or metadata: key -> (its bad member, the bytes, what the reason says after
+# naming the member). The folder scan, the shard converter and shards read in place say the same (field_text).
+BAD_FIELDS = {
+    "000000001": ("json", b"[" * 100_000 + b"]" * 100_000, "is JSON nested too deep to read"),
+    "000000002": ("txt", b"caf\xe9", "is not UTF-8 text (byte 3)"),
+    "000000003": ("json", b"[1, 2]", "is not a JSON object (it holds a JSON array)"),
+    "000000004": ("json", b'{"n": 1' + b"0" * 5000 + b"}", "cannot be read as JSON (Exceeds the limit"),
+    "000000005": ("json", b"{not json", "is not valid JSON ("),
+}
+GOOD_FIELDS = {  # key -> (.txt, .json): a member's newline is kept (a program wrote it); a lone surrogate is JSON
+    "000000000": (b"kept as written\r\n", b'{"a": "ok"}'),
+    "000000006": (b"caption 6", b'{"exif": "\\ud800x"}'),
+}
+
+
+def write_field_cases(shard: Path, more_good: int = 0) -> dict[str, dict[str, bytes]]:
+    """A shard of the GOOD_FIELDS samples, one sample of each BAD_FIELDS case and `more_good` plain ones
+    (keys 7, 8, ...), each `.jpg` (a fixture JPEG), `.json`, `.txt`; key -> its members, in key order."""
+    image = (IMAGEFOLDER / "train/cat/cat_000.jpg").read_bytes()
+    samples = {key: {"jpg": image, "json": meta, "txt": text} for key, (text, meta) in GOOD_FIELDS.items()}
+    for key, (ext, blob, _) in BAD_FIELDS.items():
+        samples[key] = {"jpg": image, "json": b"{}", "txt": b"caption", ext: blob}
+    samples |= {f"{k:09d}": {"jpg": image, "json": b"{}", "txt": b"caption"} for k in range(7, 7 + more_good)}
+    shard.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for key in sorted(samples):
+            for ext, data in samples[key].items():
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return {key: samples[key] for key in sorted(samples)}
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +147,19 @@ def test_a_changed_caption_changes_the_plan(sample, tmp_path):
             tar.addfile(m, io.BytesIO(data))
     assert make_plan(copy).fingerprint != make_plan(root).fingerprint
     assert [t.fields.text for t in make_plan(copy).tasks][0] == "another caption"
+
+
+def test_a_bad_caption_or_metadata_skips_its_sample_with_the_reason_and_the_conversion_goes_on(tmp_path, capsys):
+    """JSON nested past the recursion limit among them (it ended the run in a RecursionError traceback)."""
+    shard, dst = tmp_path / "shards/00000.tar", tmp_path / "out.lmdb"
+    write_field_cases(shard)
+    assert main(["convert", str(shard.parent), str(dst), "--workers", "1", "-q"]) == 0
+    skipped = {s["path"]: s["reason"] for s in read_manifest(dst).splits["train"].skipped}
+    assert sorted(skipped) == [f"00000.tar:{key}.jpg" for key in sorted(BAD_FIELDS)]
+    for key, (ext, _, reason) in BAD_FIELDS.items():
+        got = skipped[f"00000.tar:{key}.jpg"]
+        assert got.startswith(f"its .{ext} member {reason}") and "\n" not in got, got
+    ds = open_dataset(dst)
+    kept = {r.key: (r.fields.text, json.loads(r.fields.meta)) for r in (ds.record(i) for i in range(len(ds)))}
+    assert kept == {"000000000": ("kept as written\r\n", {"a": "ok"}), "000000006": ("caption 6", {"exif": "\ud800x"})}
+    assert verify(dst, progress=False).ok

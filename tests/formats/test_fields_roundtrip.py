@@ -263,3 +263,23 @@ def test_an_hdf5_split_with_fields_costs_a_reader_no_private_byte_a_record(tmp_p
     assert got == [big_record(i) for i in batch]
     assert (held - before) / N <= 1, f"{(held - before) / N:.1f} bytes a record held after the open and reads"
     assert len(pickle.dumps(ds)) / N <= 1
+
+
+@pytest.mark.parametrize("fmt", sorted(SUFFIX))
+def test_metadata_with_a_lone_surrogate_escape_is_stored_not_a_failed_run(captions, tmp_path, fmt):
+    src = tmp_path / "src"
+    shutil.copytree(captions, src)
+    (src / "train/cat/cat_000.json").write_text('{"exif": "\\ud800x", "name": "caf\\u00e9"}')  # valid JSON
+    dst = tmp_path / f"out{SUFFIX[fmt]}"
+    convert(src, dst, ConvertOptions(progress=False, shard_bytes=64 << 10))
+    ds = open_dataset(dst)
+    (record,) = [r for r in map(ds.record, range(len(ds))) if r.path == "train/cat/cat_000.jpg"]
+    assert json.loads(record.fields.meta) == {"exif": "\ud800x", "name": "café"}
+    assert verify(dst, progress=False).ok
+
+
+def test_a_manifest_without_fields_is_written_as_before_fields_existed(tmp_path):
+    convert(IMAGEFOLDER, tmp_path / "plain.lmdb", ConvertOptions(progress=False))
+    body = json.loads((tmp_path / "plain.lmdb" / "manifest.json").read_text())
+    assert all("fields" not in info for info in body["splits"].values())  # the datapipe before fields reads it
+    assert read_manifest(tmp_path / "plain.lmdb").splits["train"].fields == []

@@ -16,6 +16,7 @@ from datapipe import make_loader, open_dataset
 from datapipe.formats.tar import BLOCK, END_OF_ARCHIVE, IDX_VERSION, member_header, padded
 from datapipe.formats.wds_foreign import ForeignShardsDataset
 from datapipe.records import Fields, canonical_meta
+from tests.converters.test_tar_shards import BAD_FIELDS, write_field_cases
 from tests.formats.test_index_memory import BATCH, JPEG, N, first_batch, open_read_and_batch
 from tools.make_img2dataset_sample import make
 
@@ -77,15 +78,17 @@ def test_make_loader_reads_the_folder_every_record_once_and_gives_captions(sampl
     assert captions == {i: ds.record(i).fields.text for i in range(len(ds))}
 
 
-@pytest.mark.parametrize("pattern", [False, True])
-def test_info_describes_the_shards_and_their_fields(sample, pattern, capsys, monkeypatch, tmp_path):
+@pytest.mark.parametrize("which", ["folder", "pattern", "one"])
+def test_info_describes_the_shards_and_their_fields(sample, which, capsys, monkeypatch, tmp_path):
     from datapipe.cli import main
 
     root, written = sample
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the index cache
-    assert main(["info", str(root / "{00000..00002}.tar") if pattern else str(root)]) == 0
+    path = {"folder": root, "pattern": root / "{00000..00002}.tar", "one": root / "00001.tar"}[which]
+    assert main(["info", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "wds-shards, 0 classes" in out and f"train: {len(written)} samples" in out and "fields: text, meta" in out
+    samples = len(written) if which != "one" else len(written) // 3
+    assert "wds-shards, 0 classes" in out and f"train: {samples} samples" in out and "fields: text, meta" in out
 
 
 def test_a_cls_with_several_ids_is_a_multi_label_record_whose_label_is_its_first(multi, tmp_path):
@@ -142,3 +145,24 @@ def test_the_fields_index_stays_on_disk_at_most_a_byte_a_record_in_each_process(
     k = int(first_batch()[0]) % 10
     assert ds.record(int(first_batch()[0])).fields == Fields(f"caption {k}", f'{{"key":"s{k}"}}', (k, k + 1))
     assert ds.record(N - 1).label == (N - 1) % 10 and len(first_batch()) == BATCH
+
+
+def test_a_bad_caption_or_metadata_fails_its_record_in_one_line_and_the_loader_serves_around_it(tmp_path):
+    """JSON nested past the recursion limit among them (it raised a RecursionError from record())."""
+    shard = tmp_path / "shards/00000.tar"
+    keys = list(write_field_cases(shard, more_good=12))
+    ds = open_dataset(str(shard), cache_dir=tmp_path / "cache")
+    bad = {keys.index(key): (key, *case) for key, case in BAD_FIELDS.items()}
+    for index, (key, ext, _, reason) in bad.items():
+        with pytest.raises(ValueError) as raised:
+            ds.record(index)
+        assert str(raised.value).startswith(f"{shard}: {key}.{ext} {reason}") and "\n" not in str(raised.value)
+        assert ds[index].data == ds[0].data  # an image-and-label loader reads on
+    loader = make_loader(str(shard), cache_dir=tmp_path / "cache", fields=("image", "text", "meta"),
+                         on_error="skip", max_bad_fraction=0.5, **SMALL)
+    served = {int(i): t for _, texts, _, indices in loader for i, t in zip(indices, texts)}
+    assert not set(served) & set(bad) and len(served) == len(keys) - len(bad)
+    assert sorted(b.index for b in loader.skipped) == sorted(bad)
+    for b in loader.skipped:
+        key, ext, _, reason = bad[b.index]
+        assert b.reason.startswith(f"ValueError: {shard}: {key}.{ext} {reason}"), b.reason

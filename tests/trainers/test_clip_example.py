@@ -43,7 +43,6 @@ def test_each_image_comes_with_its_own_captions_tokens(sample, backend):
 
 
 def test_the_contrastive_loss_falls(sample):
-    torch.manual_seed(0)
     losses = clip_train.train(sample, steps=12, batch_size=12, image_size=32, backend="threads")
     assert len(losses) == 12 and all(torch.isfinite(torch.tensor(losses)))
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3

@@ -26,7 +26,7 @@ from ...formats.base import Dataset, DatasetReplaced
 from ...sharding import EpochPlan, ShardPlan, record_of
 from ..bad_samples import BadSample, record_path
 from ..base import Batch, Loader
-from ..fields import check_picklable
+from ..fields import TokenizerFailed, check_picklable
 from ..options import LoaderOptions
 from ..deaths import UNKNOWN_EXIT, WorkerDied, exit_description, worker_died, workers_start_deaf
 from .graph import HW_DECODER_LOAD, build_pipeline, thread_budget
@@ -233,8 +233,9 @@ class DaliLoader(Loader):
         if lost is not None:
             return lost
         lines = [l for l in str(exc).strip().splitlines() if l.strip()]
-        if any("DatasetReplaced: " in l for l in lines):  # the store changed under a source worker, not a record
-            return DatasetReplaced(str(exc))
+        for own in (DatasetReplaced, TokenizerFailed):  # the store changed under a source worker, or the
+            if any(f"{own.__name__}: " in l for l in lines):  # tokenizer failed: not a record's fault
+                return own(str(exc))
         named = next((l for l in reversed(lines) if "cannot read or decode record" in l), None)
         if named is not None:
             return RuntimeError(named.split("RuntimeError: ", 1)[-1])
