@@ -22,10 +22,12 @@ $(VENV)/.installed: pyproject.toml setup.py datapipe/_jpeg_region.c datapipe/_no
 
 # Two pytest workers (pytest-xdist), a test file each at a time: the suite's multi-process tests leave
 # room on two cores. The temp folder is short: a Unix socket path under it must stay below 108 bytes.
+# One OpenMP thread a process (as torchrun sets): two workers and their children each spinning a thread
+# per core oversubscribe two cores; tests/train took 126 s so, 47 s with it.
 TEST_WORKERS ?= 2
 test: install
-	@tmp=$$(mktemp -d /tmp/dpt-XXXXXX) && $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
-		--basetemp=$$tmp && rm -rf $$tmp
+	@tmp=$$(mktemp -d /tmp/dpt-XXXXXX) && OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q \
+		-n $(TEST_WORKERS) --dist loadfile --basetemp=$$tmp && rm -rf $$tmp
 
 demo: install
 	$(BIN)/python tools/make_sample.py --out $(SAMPLE) --overwrite
