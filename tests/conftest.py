@@ -1,19 +1,14 @@
 """Shared fixtures: the fixture image folder, and it converted once per format per session."""
 from __future__ import annotations
 
-import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from converters import ConvertOptions, convert
 from datapipe.scan import scan_folder
-
-# Ray waits 30 s for its GCS server's port file; on a 2-core machine running two test workers that
-# start process groups of their own, it has taken longer (tests/converters/test_ray.py,
-# tests/trainers/test_ray_train.py). Set before any test imports ray.
-os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
 
 # The files whose tests take longest go first: `make test` deals test files to two workers in
 # collection order, and a long file started last would leave one worker idle at the end.
@@ -102,3 +97,15 @@ def packed_hdf5(tmp_path_factory):
 @pytest.fixture(scope="session")
 def packed_wds(tmp_path_factory):
     return _packed(tmp_path_factory, ".wds")
+
+
+@pytest.fixture(scope="session")
+def ray_home():
+    """A short scratch folder (Ray's socket paths must stay under ~107 bytes) used as HOME by every local
+    Ray of the test process (here, so that the modules share it: tests/converters/test_ray.py,
+    tests/trainers/test_ray_train.py). Ray writes its auth token to ~/.ray/auth_token at the first
+    ray.init and caches, in the driver, that it has one: a later ray.init under another HOME writes
+    none there, and its GCS server, finding none, never starts (the suite's one flaky failure)."""
+    home = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+    yield home
+    shutil.rmtree(home, ignore_errors=True)

@@ -29,36 +29,11 @@ OPTIONS = dict(progress=False, shard_bytes=64 << 10)
 
 
 @pytest.fixture(scope="module")
-def ray_home():
-    """A short scratch folder (Ray's socket paths must stay under ~107 bytes) used as HOME."""
-    home = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
-    yield home
-    shutil.rmtree(home, ignore_errors=True)
-
-
-def start_local_ray(temp: Path, attempts: int = 2) -> None:
-    """ray.init on 127.0.0.1, tried again once: on a loaded 2-core CI machine Ray's GCS server has
-    once failed to publish its port in 120 s (one module's three tests errored); a second start went
-    through every time. A failure that stays names the GCS server's last log lines."""
-    for attempt in range(1, attempts + 1):
-        try:
-            ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 << 20, _node_ip_address="127.0.0.1",
-                     _temp_dir=str(temp), logging_level="WARNING", log_to_driver=False)
-            return
-        except RuntimeError as exc:
-            ray.shutdown()
-            logs = "\n".join(f"{f}: {f.read_text(errors='replace')[-1500:]}"
-                             for f in sorted(temp.glob("session_*/logs/gcs_server.*")))
-            if attempt == attempts:
-                raise RuntimeError(f"{exc}\nGCS server logs:\n{logs or '(none written)'}") from exc
-            print(f"ray.init failed ({exc}); trying once more. GCS server logs:\n{logs}", file=sys.stderr)
-
-
-@pytest.fixture(scope="module")
 def local_ray(ray_home):
     saved = os.environ.get("HOME")
     os.environ["HOME"] = str(ray_home)  # Ray writes an auth token under ~/.ray
-    start_local_ray(ray_home / "t")
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 << 20, _node_ip_address="127.0.0.1",
+             _temp_dir=str(ray_home / "t"), logging_level="WARNING", log_to_driver=False)
     try:
         yield ray
     finally:

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("ray.train", exc_type=ImportError)
 
 from datapipe import open_dataset  # noqa: E402
-from tests.converters.test_ray import local_ray, ray_home  # noqa: E402,F401  (module-scoped Ray on 127.0.0.1)
+from tests.converters.test_ray import local_ray  # noqa: E402,F401  (module-scoped Ray on 127.0.0.1)
 from tests.processes import deadline  # noqa: E402
 from tests.trainers.reference import EPOCHS, check_coverage, each_once, unbroken  # noqa: E402
 from tests.trainers.served import MID_STEP, STEPS_PER_EPOCH  # noqa: E402
