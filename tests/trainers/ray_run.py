@@ -44,12 +44,19 @@ def probe(config: dict) -> dict:
 
 def interrupted_once(config: dict) -> None:
     """The first attempt probes prepare_data_loader, trains config["stop_at"] steps (the example saves
-    a checkpoint there) and fails; Ray Train starts the workers again, and the example resumes from
-    ray.train.get_checkpoint() to the end."""
+    a checkpoint there), waits until Ray Train has registered it, and fails; Ray Train starts the
+    workers again, and the example resumes from ray.train.get_checkpoint() to the end."""
     if ray.train.get_checkpoint() is not None:
         return train_func(config)
     rank = ray.train.get_context().get_world_rank()
     with open(os.path.join(config["audit"], f"probe-rank{rank}.json"), "w") as fh:
         json.dump(probe(config), fh)
     train_func({**config, "max_steps": config["stop_at"]})
+    # Ray Train keeps a checkpoint once every rank's report of it has reached the controller, which takes
+    # at most one report a rank per poll, reports before errors; a worker failing at once can beat a
+    # slower rank's report (an upload) to it, and the restart resumes from the checkpoint before. Each
+    # report passes a barrier of all ranks and returns when the controller has taken this rank's previous
+    # one: after two more, every rank's checkpoint report was in its queue before the poll that sees an error.
+    for _ in range(2):
+        ray.train.report({"step": config["stop_at"], "waited": True})
     raise RuntimeError(f"rank {rank} fails after step {config['stop_at']} (the test's fault)")
