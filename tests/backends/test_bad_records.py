@@ -1,5 +1,6 @@
 """on_error in every backend: bad records are substituted (batches keep their size, ranks their
 batch counts), named, counted and bounded; `raise` names the file; nothing escapes the policy."""
+import multiprocessing
 import shutil
 
 import lmdb
@@ -37,6 +38,21 @@ def test_on_error_raise_names_the_file(backend):
     loader = make_loader(IMAGEFOLDER, backend=backend, on_error="raise", train=False, **{**SMALL, "batch_size": 31})
     with pytest.raises(RuntimeError, match=r"cannot read or decode record \d+ \(train/(cat|dog|fish)/"):
         next(iter(loader))
+
+
+@pytest.mark.parametrize("backend", ["dataloader", "prefetch"])
+@pytest.mark.parametrize("persistent", [True, False])
+def test_an_error_that_ends_the_epoch_stops_its_worker_processes_before_it_arrives(backend, persistent):
+    """The error's traceback holds torch's iterator, which kept its workers until a garbage collection
+    later stopped them after 5 s each (its stop message lost by then): now they are gone when the error
+    arrives, and the next epoch starts new ones."""
+    before = set(multiprocessing.active_children())
+    loader = make_loader(IMAGEFOLDER, backend=backend, on_error="raise", train=False, persistent_workers=persistent,
+                         **{**SMALL, "batch_size": 31, "num_workers": 2})
+    for epoch in range(2):
+        with pytest.raises(RuntimeError, match=r"cannot read or decode record \d+ \(train/"):
+            next(iter(loader))
+        assert set(multiprocessing.active_children()) - before == set(), f"epoch {epoch}: workers left running"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
