@@ -15,11 +15,17 @@ from .folder_index import FolderIndex
 NAME = "folder"
 
 
-def give_back_freed_memory() -> None:
-    """Return the heap the scan freed to the system (glibc keeps it otherwise). Not a forked child
-    for the scan: on Python 3.11 a fork while another thread (DALI's) holds the import lock can
-    deadlock."""
-    gc.collect()
+BIG_SCAN = 10_000  # files: below it what a scan leaves behind is under a MB, not worth a collection
+
+
+def give_back_freed_memory(files: int) -> None:
+    """Return the heap a scan of `files` files freed to the system (glibc and pymalloc keep it
+    otherwise). Not a forked child for the scan: on Python 3.11 a fork while another thread (DALI's)
+    holds the import lock can deadlock. The garbage collection (it halves what stays) only after a
+    big scan: in a long-lived process it costs a tenth of a second and finalizes whatever garbage
+    other code left (a torch DataLoader iterator's then waits 5 s a worker)."""
+    if files >= BIG_SCAN:
+        gc.collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc
@@ -44,7 +50,7 @@ def _scan(path: Path, split: str, cache: Path | None) -> tuple[FolderIndex, list
         raise SplitNotFound(f"split {split!r} not in {path}; it has {splits}")
     index = FolderIndex.from_scan(files)
     del files  # the scan's lists go before the shared index's objects are made among them
-    give_back_freed_memory()
+    give_back_freed_memory(len(index))
     fields = tuple(name for name in FIELD_NAMES if name in sidecars)
     return index.shared(cache) if cache is not None else index, list(classes.classes), fields
 
@@ -60,7 +66,7 @@ class FolderDataset(Dataset):
 
     def __init__(self, path: Path, split: str = "train", *, cache_dir: Path | None = None) -> None:
         self.index, classes, self.fields = _scan(Path(path), split, index_cache(cache_dir))
-        give_back_freed_memory()  # and the index's in-memory arrays, now memory-mapped
+        give_back_freed_memory(len(self.index))  # and the index's in-memory arrays, now memory-mapped
         super().__init__(path, split=split, classes=classes, size=len(self.index))
 
     def file_path(self, index: int) -> Path:

@@ -40,7 +40,7 @@ def test_on_error_raise_names_the_file(backend):
         next(iter(loader))
 
 
-@pytest.mark.parametrize("backend", ["dataloader", "prefetch"])
+@pytest.mark.parametrize("backend", ["dataloader", "prefetch"])  # DALI's source workers live with its pipeline
 @pytest.mark.parametrize("persistent", [True, False])
 def test_an_error_that_ends_the_epoch_stops_its_worker_processes_before_it_arrives(backend, persistent):
     """The error's traceback holds torch's iterator, which kept its workers until a garbage collection
