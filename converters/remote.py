@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from datapipe.formats import format_for
-from datapipe.formats.wds import idx_name
+from datapipe.formats.wds_index import idx_name
 from datapipe.records import MANIFEST_NAME
 from datapipe.storage import redact
 

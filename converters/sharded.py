@@ -21,7 +21,7 @@ import numpy as np
 
 from tqdm import tqdm
 
-from datapipe.formats.wds import offsets_file
+from datapipe.formats.wds_index import offsets_file
 from datapipe.records import MANIFEST_NAME, Manifest, SplitInfo, chain_digest, field_union
 
 from .engines import Engine

@@ -277,7 +277,7 @@ def check_idx(data: bytes) -> None:
     """parse_idx() and sample_starts() on a shard's `.idx` (read as ASCII, as its readers do):
     ValueError (UnicodeDecodeError is one) or a result, in time."""
     from datapipe.formats.tar import parse_idx
-    from datapipe.formats.wds import sample_starts
+    from datapipe.formats.wds_index import sample_starts
 
     start = time.process_time()
     for parse in (parse_idx, sample_starts):

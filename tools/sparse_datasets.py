@@ -65,7 +65,7 @@ def _sparse_wds(dst: Path, n: int, real: list[int]) -> None:
     from datapipe.storage.verify import sha256_file
     from datapipe.formats.base import write_dir_manifest
     from datapipe.formats.tar import END_OF_ARCHIVE
-    from datapipe.formats.wds import offsets_name, shard_name
+    from datapipe.formats.wds_index import offsets_name, shard_name
     from datapipe.records import Manifest, SplitInfo
 
     dst.mkdir(parents=True)

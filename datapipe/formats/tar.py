@@ -275,3 +275,30 @@ def group_samples(found: list[tuple[str, int, int]]) -> list[list[Component]]:
             last = key
         samples[-1].append((ext, offset, size, name))
     return samples
+
+
+def sample_starts_from_headers(fd: int, end: int, samples: int, where: str) -> list[int]:
+    """Where each sample of a shard this project wrote starts (its first member's header: what its
+    `.idx` and its split's offsets file say), from the tar headers alone, one pread a member: bytes
+    0..`end` (where the end-of-archive blocks begin) hold regular USTAR members, those of one key
+    consecutive. A header that is not such a member, a member past `end`, or other than `samples`
+    samples is an error naming `where`; the walk stops there, so its memory stays within `samples`."""
+    starts: list[int] = []
+    last, offset = None, 0
+    while offset < end:
+        header = os.pread(fd, BLOCK, offset)
+        if len(header) < BLOCK or header[257:262] != b"ustar" or header[156:157] not in (b"0", b"\0"):
+            raise damaged(where, offset, "no regular USTAR member header where a sample's member should be")
+        folder, _, base = header[:100].split(b"\0", 1)[0].rpartition(b"/")
+        key = (folder, base.split(b".", 1)[0])
+        if key != last:
+            if len(starts) == samples:
+                raise ValueError(f"{where}: its tar headers hold more than the {samples} samples the manifest "
+                                 "lists; the shard is damaged or was crafted")
+            starts.append(offset)
+            last = key
+        offset += BLOCK + padded(member_size(header, where, offset))
+    if offset != end or len(starts) != samples:
+        raise ValueError(f"{where}: its tar headers hold {len(starts)} samples in {offset} bytes, the manifest "
+                         f"{samples} in {end}; the shard is damaged or was crafted")
+    return starts

@@ -11,133 +11,32 @@ caption as UTF-8, as img2dataset writes it, so webdataset and open_clip readers 
 This module reads them by random access: `{split}.offsets.npy` holds where each sample starts in its
 shard (8 bytes a record, memory-mapped, so every process and worker shares one copy), one pread
 reads a sample's span and its members are parsed from their tar headers. Shards are opened through
-a bounded LRU (`datapipe.storage.files`), from the disk or, for a URL, from the shard cache.
+a bounded LRU (`datapipe.storage.files`), from the disk or, for a URL, from the shard cache; a URL's
+offsets file is never fetched: each shard's sample starts come from its own tar headers (`ShardStarts`).
 """
 from __future__ import annotations
 
 import functools
 import hashlib
-import io
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..headers import image_ext
-from ..records import MANIFEST_NAME, Manifest, Record, SplitInfo
+from ..records import MANIFEST_NAME, Manifest, Record
 from ..storage import Location
 from ..storage.files import MAX_OPEN, MAX_OPEN_CACHED, ShardFiles
 from .base import (Dataset, DatasetReplaced, Identity, PerProcess, Writer, read_dir_manifest, record_from_meta,
                    record_meta, write_dir_manifest)
 from .tar import BLOCK, END_OF_ARCHIVE, IDX_VERSION, members, member_header, padded
+from .wds_index import ShardStarts, SpanIndex, idx_name, load_offsets, shard_name, write_offsets
 
 NAME = "wds"
 SUFFIXES = (".wds",)
 _NOT_IMAGE = ("cls", "i64", "json", "txt")  # a sample's members besides its image
-
-
-def shard_name(split: str, number: int) -> str:
-    return f"{split}-{number:06d}.tar"
-
-
-def idx_name(tar: str) -> str:
-    return tar[: -len(".tar")] + ".idx"
-
-
-def offsets_name(split: str) -> str:
-    return f"{split}.offsets.npy"
-
-
-def sample_starts(idx_text: str, where: str = "index") -> np.ndarray:
-    """Where each sample of a shard starts (its first member's header), from the shard's `.idx`."""
-    lines = idx_text.splitlines()
-    if not lines or not lines[0].startswith(IDX_VERSION):
-        raise ValueError(f"{where}: not a DALI {IDX_VERSION} index (first line {lines[:1]!r})")
-    try:
-        starts = np.array([int(line.split(" ", 2)[1]) for line in lines[1:]], dtype=np.int64) - BLOCK
-    except (IndexError, ValueError, OverflowError):
-        starts = np.array([-1])
-    if len(starts) and starts.min() < 0:
-        raise ValueError(f"{where}: a line does not give a sample's offset in the tar; the index is damaged")
-    return starts
-
-
-class SpanIndex:
-    """Record i -> (shard number, start, end) of its members: offsets from `{split}.offsets.npy`, the
-    shard boundaries from the manifest. The offsets stay memory-mapped, shared through the page cache;
-    a pickled index (a spawned worker's) carries `opener`, which maps them again, never the offsets."""
-
-    def __init__(self, opener: Callable[[], np.ndarray], shards: list[dict[str, Any]]) -> None:
-        counts = np.array([s["samples"] for s in shards], dtype=np.int64)
-        self.opener, self.starts = opener, opener()
-        self.first = np.concatenate([[0], np.cumsum(counts)])  # record number of each shard's first sample
-        self.data_end = np.array([s["bytes"] - END_OF_ARCHIVE for s in shards], dtype=np.int64)
-        self.names = [s["name"] for s in shards]
-        if len(self.starts) != self.first[-1]:
-            raise ValueError(f"the offsets list {len(self.starts)} samples, the shards {int(self.first[-1])}")
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "starts": None}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.starts = self.opener()
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def shard_of(self, index: int) -> int:
-        return int(np.searchsorted(self.first, index, side="right")) - 1
-
-    def span(self, index: int) -> tuple[int, int, int]:
-        number = self.shard_of(index)
-        start = int(self.starts[index])
-        end = int(self.starts[index + 1]) if index + 1 < self.first[number + 1] else int(self.data_end[number])
-        return number, start, end
-
-
-def check_offsets_header(fh: Any, samples: int, where: str) -> int:
-    """Refuse an offsets file that is not `samples` int64s filling the file: numpy would otherwise
-    allocate whatever a crafted header claims before reading a byte. Returns where the offsets begin
-    and leaves `fh` at its start."""
-    size = os.fstat(fh.fileno()).st_size
-    try:
-        version = np.lib.format.read_magic(fh)
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = read(fh, max_header_size=4096)
-    except ValueError as exc:
-        raise ValueError(f"{where}: not an offsets file ({exc})") from None
-    start = fh.tell()
-    if dtype != np.dtype("<i8") or fortran or shape != (samples,) or start + 8 * samples != size:
-        raise ValueError(f"{where}: its header describes {dtype} {shape} in {size:,} bytes, not the {samples:,} "
-                         "offsets the manifest's shards hold; the dataset is damaged or was crafted")
-    fh.seek(0)
-    return start
-
-
-def load_offsets(location: Location, split: str, info: SplitInfo) -> np.ndarray:
-    """The split's offsets file, memory-mapped: from the local disk, or from a remote dataset's cached
-    copy (the mapping keeps that copy's pin while it lives, and an evicted file's pages stay readable).
-    Every process on a node shares the one copy in the page cache: no private byte a record. From the
-    shards' `.idx` files for datasets converted before there was one (slower: a parse of every index
-    line, and the offsets in memory, 8 bytes a record). The file's header is checked first."""
-    samples = sum(int(s["samples"]) for s in info.shards)
-    if info.index:
-        name = info.index["name"]
-        # a manifest without the index's size or digest (older, or crafted): checked for what it gives
-        with os.fdopen(location.open(name, size=info.index.get("bytes"), sha256=info.index.get("sha256")),
-                       "rb") as fh:
-            start = check_offsets_header(fh, samples, location.describe(name))
-            if not samples:
-                return np.zeros(0, np.int64)
-            return np.memmap(fh, dtype="<i8", mode="r", offset=start, shape=(samples,))  # mmap holds its own fd
-    shards = info.shards
-    parts = [sample_starts(location.read_bytes(idx_name(s["name"])).decode("ascii", "replace"),
-                           location.describe(idx_name(s["name"]))) for s in shards]
-    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 class RecordPositions:
@@ -171,15 +70,21 @@ class WdsDataset(Dataset):
             self.identity = Identity.take(path, Path(path) / MANIFEST_NAME, manifest, read_manifest)
         self.fingerprint = manifest.content_digest(split)
         self.fields = tuple(info.fields)
-        self.index = SpanIndex(functools.partial(load_offsets, self.location, split, info), info.shards)
+        if self.location.remote:  # each shard's starts from its own headers: no offsets file to fetch at open
+            self.index = SpanIndex(info.shards, shard_starts=ShardStarts(self.location, info.shards))
+        else:
+            self.index = SpanIndex(info.shards, functools.partial(load_offsets, self.location, split, info))
         if len(self.index) != info.samples:
             raise ValueError(f"{self.location.describe()}: the index of split {split!r} lists {len(self.index)} "
                              f"samples, the manifest {info.samples}; run `datapipe verify` or re-convert")
         self._shards = info.shards
-        self._where = [self.location.describe(s["name"]) for s in info.shards]  # for messages, URLs redacted
+        self._where: dict[int, str] = {}  # shard number -> its name in messages (a URL redacted), once used
         self.positions = RecordPositions(info.skipped)
         self._files = PerProcess(functools.partial(ShardFiles, self._open_shard,
                                                    max_open=MAX_OPEN_CACHED if self.location.remote else MAX_OPEN))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_where": {}}  # a worker names the shards it reads itself
 
     def _open_shard(self, number: int) -> int:
         s = self._shards[number]
@@ -206,9 +111,13 @@ class WdsDataset(Dataset):
                                 for n in shards])
 
     def _read(self, index: int) -> Record:
+        files = self._files.get()
+        if self.index.shard_starts is not None:  # opened (the oldest let go) before its starts are walked:
+            files.fd(self.index.shard_of(index))  # the walk pins no copy beyond those the LRU holds
         number, start, end = self.index.span(index)
         shard = self.index.names[number]
-        parts = members(self._files.get().pread(number, end - start, start), self._where[number])
+        where = self._where.get(number) or self._where.setdefault(number, self.location.describe(shard))
+        parts = members(files.pread(number, end - start, start), where)
         data = next((v for k, (_, v) in parts.items() if k not in _NOT_IMAGE), None)
         if data is None or not {"cls", "i64", "json"} <= parts.keys():
             raise ValueError(f"{shard}: sample at byte {start} has members {sorted(parts)}; the shard is damaged")
@@ -336,23 +245,6 @@ class WdsWriter(Writer):
     def abort(self) -> None:
         for shard in self._open.values():
             shard.file.close()
-
-
-def write_offsets(folder: Path, split: str, shards: list[dict[str, Any]]) -> dict[str, Any]:
-    """`{split}.offsets.npy` from the shards' `.idx` files (once, when the conversion finishes);
-    returns its manifest entry (name, bytes, sha256)."""
-    parts = [sample_starts((folder / idx_name(s["name"])).read_text(encoding="ascii")) for s in shards]
-    name, blob = offsets_file(split, parts)
-    (folder / name).write_bytes(blob)
-    return {"name": name, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
-
-
-def offsets_file(split: str, starts: list[np.ndarray] | list[list[int]]) -> tuple[str, bytes]:
-    """The name and bytes of a split's offsets file, from each shard's sample starts in order."""
-    buffer = io.BytesIO()
-    parts = [np.asarray(s, dtype=np.int64) for s in starts]
-    np.save(buffer, np.concatenate(parts) if parts else np.zeros(0, np.int64))
-    return offsets_name(split), buffer.getvalue()
 
 
 read_manifest = read_dir_manifest

@@ -1,4 +1,4 @@
-"""One node-wide cache of whole remote files (shards, the offsets index), shared by every rank and worker.
+"""One node-wide cache of whole remote files (shards), shared by every rank and worker.
 
 Layout under the root (default: node-local, see `default_cache_dir`):
     .locks/           one lock file per cached name, and evict.lock; lock files are never deleted

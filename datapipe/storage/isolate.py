@@ -11,7 +11,7 @@ tests/storage). A process that only created a store forks safely. So the rule is
   child forked from it is not marked.
 - every other process (a script, a torchrun rank, a rank started by `mp.spawn`, a forkserver or
   Lightning's ddp_spawn, a notebook) may fork workers later, so each of its few remote calls (the
-  manifest, the offsets file, a shard when it reads without workers) runs in a short-lived forked
+  manifest, a shard when it reads without workers) runs in a short-lived forked
   child (`call_in_child`) and its own runtime never starts.
 
 Having a parent is no evidence either way: a spawned rank has one and forks DataLoader or DALI

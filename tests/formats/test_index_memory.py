@@ -3,15 +3,15 @@ batch costs a process at most 1 byte a record of its own memory, and a worker it
 as spawn and DALI's source workers get it) receives no per-record array.
 
 The datasets are real files in each format's real layout, made cheap: the .wds shard is sparse (real
-samples only where the test reads), the other tools' shards have a DALI index whose samples share a few
-members. NumPy's allocations are traced by tracemalloc, so an index read into memory shows."""
+samples only where the test reads; served remotely, only the shards read exist), the other tools' shards
+have a DALI index whose samples share a few members. NumPy's allocations are traced by tracemalloc, so
+an index read into memory shows."""
 from __future__ import annotations
 
 import functools
 import hashlib
 import http.server
 import pickle
-import threading
 import tracemalloc
 from pathlib import Path
 
@@ -24,10 +24,12 @@ from datapipe.formats.base import write_dir_manifest
 from datapipe.formats.hdf5 import MANIFEST_ATTR, _SplitBuilder
 from datapipe.formats.lmdb import LmdbWriter
 from datapipe.formats.tar import BLOCK, END_OF_ARCHIVE, IDX_VERSION, member_header, padded
-from datapipe.formats.wds import ShardFile, offsets_file
+from datapipe.formats.wds import ShardFile
+from datapipe.formats.wds_index import offsets_file
 from datapipe.formats.wds_foreign import ForeignShardsDataset
 from datapipe.records import Manifest, Record, SplitInfo, record_digest
 from datapipe.sharding import EpochPlan
+from tests.storage.conftest import RangeHandler, isolated_cache, serve, stop_serving
 
 N = 100_000
 BATCH = 32
@@ -149,36 +151,65 @@ def test_an_open_dataset_holds_at_most_a_byte_a_record_in_each_process_and_sends
         assert ds.record(N - 1) == record(N - 1)
 
 
+REMOTE_SHARDS = 100  # the remote split: N records in shards of N / REMOTE_SHARDS, the first and last real
+
+
+def write_remote_wds(folder: Path) -> Path:
+    """The remote split as the writer makes it (its offsets file too), but only its first and last shards
+    exist: a reader that fetched any other shard, or the offsets file, would fail or be seen."""
+    folder.mkdir(parents=True)
+    count = N // REMOTE_SHARDS
+    shards = [{"name": f"train-{k:06d}.tar", "samples": count, "bytes": count * SAMPLE_BYTES + END_OF_ARCHIVE,
+               "sha256": "0" * 64} for k in range(REMOTE_SHARDS)]
+    for k in (0, REMOTE_SHARDS - 1):
+        shard = ShardFile(folder, "train", k)
+        for i in range(k * count, (k + 1) * count):
+            shard.add_record(i, record(i))
+        shards[k] = shard.finish()
+        assert shards[k]["bytes"] == count * SAMPLE_BYTES + END_OF_ARCHIVE
+    name, offsets = offsets_file("train", [np.arange(count, dtype=np.int64) * SAMPLE_BYTES] * REMOTE_SHARDS)
+    (folder / name).write_bytes(offsets)
+    info = SplitInfo(samples=N, bytes=N * len(record(0).data), shards=shards,
+                     index={"name": name, "bytes": len(offsets), "sha256": hashlib.sha256(offsets).hexdigest()})
+    write_dir_manifest(folder, Manifest("wds", CLASSES, {"train": info}))
+    return folder
+
+
 @pytest.fixture
-def served(datasets, tmp_path, monkeypatch):
-    """The sparse .wds folder's manifest and offsets on a loopback HTTP server; the shard cache in tmp_path."""
-    root = tmp_path / "www" / "big.wds"
-    root.mkdir(parents=True)
-    local = Path(datasets["wds"]().path)
-    for name in ("manifest.json", "train.offsets.npy"):
-        (root / name).write_bytes((local / name).read_bytes())
-    handler = lambda *a, **k: Quiet(*a, directory=str(tmp_path / "www"), **k)  # noqa: E731
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    yield f"http://127.0.0.1:{server.server_address[1]}/big.wds"
-    server.shutdown()
-    server.server_close()
+def served(tmp_path, monkeypatch):
+    """(URL, paths requested) of the remote split on a loopback HTTP server; the shard cache in tmp_path."""
+    write_remote_wds(tmp_path / "www" / "big.wds")
+    requested: list[str] = []
+
+    class Recording(RangeHandler):
+        def send_head(self):
+            requested.append(self.path)
+            return super().send_head()
+
+    server = serve(http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), lambda *a, **k: Recording(*a, directory=str(tmp_path / "www"), **k)))
+    isolated_cache(monkeypatch, tmp_path)
+    yield f"http://127.0.0.1:{server.server_address[1]}/big.wds", requested
+    stop_serving(server)
 
 
-class Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
-
-
-def test_a_remote_wds_maps_its_offsets_from_the_shard_cache_instead_of_reading_them_in(served):
-    open_dataset(served)  # the offsets downloaded into the cache once
+def test_a_remote_wds_opens_and_reads_without_its_offsets_file_in_a_byte_a_record(served):
+    url, requested = served
+    count = N // REMOTE_SHARDS
+    shard_batch = [*range(BATCH), N - 1]  # what a shard-wise first batch reads (one shard), and the end
+    open_dataset(url)[N - 1]  # the shards read are downloaded (and the reading modules warmed) outside the measure
     tracemalloc.start()
     try:
-        ds = open_dataset(served)
+        ds = open_dataset(url)
+        labels = [ds[i].label for i in shard_batch]
         held, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert len(ds) == N and held / N <= 1, f"{held / N:.1f} bytes a record held after the open"
-    assert len(pickle.dumps(ds)) / N <= 1
-    assert int(pickle.loads(pickle.dumps(ds)).index.span(N - 1)[1]) == (N - 1) * SAMPLE_BYTES
+    assert len(ds) == N and labels == [record(i).label for i in shard_batch]
+    assert held / N <= 1, f"{held / N:.1f} bytes a record held after the open and the reads"
+    sent = pickle.dumps(ds)
+    assert len(sent) / N <= 1, f"a worker is sent {len(sent) / N:.1f} bytes a record"
+    worker = pickle.loads(sent)
+    assert worker.index.span(N - 1) == (REMOTE_SHARDS - 1, (count - 1) * SAMPLE_BYTES, count * SAMPLE_BYTES)
+    assert worker.record(N - 1) == record(N - 1) and worker.record(0) == record(0)
+    assert not [path for path in requested if "offsets" in path], "the offsets file was fetched"
