@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from datapipe.formats.tar import Component, group_samples, walk_tar_until_damage
+from datapipe.formats.tar import Component, samples_before_damage
 from datapipe.formats.wds_foreign import IMAGE_EXTS, expand_shards, parse_cls, shard_folder
 from datapipe import field_text
 from datapipe.records import ClassIndex, Fields, multi_labels
@@ -79,11 +79,8 @@ def _read_fields(fd: int, found: dict[str, Component]) -> tuple[str | None, str 
 
 def scan_shard(shard: str, rel: str) -> tuple[list[ShardSample], list[dict[str, str]]]:
     """The samples of one shard, and what was skipped (members, samples, the damage) with reasons."""
-    found, refused, damage = walk_tar_until_damage(shard)
+    groups, refused, damage = samples_before_damage(shard)
     skipped = [{"path": rel, "reason": reason} for reason in refused]
-    groups = group_samples(found)
-    if damage and len(groups) > 1 and {c[0] for c in groups[-1]} < {c[0] for c in groups[-2]}:
-        groups.pop()  # cut with the shard: its caption or metadata may be what was lost
     samples = []
     with open(shard, "rb") as fh:
         for components in groups:

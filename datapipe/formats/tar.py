@@ -259,6 +259,18 @@ def scan_tar(path: str) -> list[list[Component]]:
     return group_samples(found)
 
 
+def samples_before_damage(path: str) -> tuple[list[list[Component]], list[str], str | None]:
+    """A shard's samples (group_samples) up to a header that cannot be trusted (a shard cut short),
+    the members skipped ('byte N: reason'), and the damage's one-line error or None. A last sample
+    with fewer members than the one before it is dropped with the damage: what was cut may be its
+    label, caption or metadata."""
+    found, skipped, damage = walk_tar_until_damage(path)
+    groups = group_samples(found)
+    if damage and len(groups) > 1 and {c[0] for c in groups[-1]} < {c[0] for c in groups[-2]}:
+        groups.pop()
+    return groups, skipped, damage
+
+
 def group_samples(found: list[tuple[str, int, int]]) -> list[list[Component]]:
     """Members (name, data offset, size) grouped into samples as webdataset groups them: the same
     name up to the first dot of the basename, consecutive."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import re
 import struct
@@ -32,8 +33,9 @@ from ..storage import default_cache_dir
 from ..storage.cachedir import own_folder
 from ..storage.files import ShardFiles
 from .base import REOPEN, Dataset, DatasetReplaced, PerProcess
-from .tar import BLOCK, Component, member_name, parse_idx, scan_tar
+from .tar import BLOCK, Component, member_name, parse_idx, samples_before_damage
 
+log = logging.getLogger(__name__)
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")
 INDEX_VERSION = 3  # 2: `classes` and `shard_sizes`, so an open reads no per-record array; 3: fields, labels -1
 FIELD_EXTS = {"text": "txt", "meta": "json", "labels": "cls"}  # a record field -> the member that holds it
@@ -81,7 +83,8 @@ def parse_cls(raw: bytes, where: str) -> tuple[int, ...]:
 
 def _components(shard: str) -> list[list[Component]]:
     """The shard's samples, from its DALI `.idx` beside it (each member checked to lie inside the
-    tar) or from its headers."""
+    tar) or from its headers; a shard cut short (img2dataset's, killed mid-write) keeps the samples
+    before the damage, with a warning naming it (convert lists it in the report)."""
     idx = Path(shard[: -len(".tar")] + ".idx") if shard.endswith(".tar") else None
     if idx is not None and idx.is_file():
         try:
@@ -90,7 +93,13 @@ def _components(shard: str) -> list[list[Component]]:
             raise ValueError(f"{idx}: byte {exc.start} is not ASCII; not a DALI index (delete it: the shard is "
                              "then indexed from its headers)") from None
         return parse_idx(text, where=str(idx), shard_bytes=os.path.getsize(shard))
-    return scan_tar(shard)
+    samples, skipped, damage = samples_before_damage(shard)
+    if skipped:
+        log.warning("%s: skipped %d tar member(s), first %s", shard, len(skipped), "; ".join(skipped[:3]))
+    if damage:
+        log.warning("%s; read in place, the %d samples before it are served and the rest of the shard is not",
+                    damage, len(samples))
+    return samples
 
 
 def scan_index(pattern: str, shards: list[str]) -> dict[str, np.ndarray]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -76,6 +77,26 @@ def test_make_loader_reads_the_folder_every_record_once_and_gives_captions(sampl
     captions = {int(i): t for images, batch_texts, indices in texts for i, t in zip(indices, batch_texts)}
     ds = open_dataset(root, cache_dir=tmp_path / "cache")
     assert captions == {i: ds.record(i).fields.text for i in range(len(ds))}
+
+
+def test_a_shard_cut_short_serves_the_samples_before_the_damage_with_one_warning(sample, tmp_path, caplog):
+    """img2dataset killed mid-write leaves a shard cut short: read in place, its samples before the
+    damage are served (the one whose caption was cut is dropped with the rest), the other shards whole."""
+    root, written = sample
+    copy = tmp_path / "data"
+    shutil.copytree(root, copy)
+    with tarfile.open(copy / "00001.tar") as tar:
+        cut = [m for m in tar.getmembers() if m.name.endswith(".txt")][2]
+    with open(copy / "00001.tar", "r+b") as fh:
+        fh.truncate(cut.offset_data + 3)
+    ds = open_dataset(copy, cache_dir=tmp_path / "cache")
+    lost = [s["__key__"] for s in written if int(s["__key__"]) // 10 == 1][2:]  # keys: shard * 10 + row
+    intact = records(open_dataset(root, cache_dir=tmp_path / "cache-intact"))
+    assert list(ds.shard_sizes()) == [5, 2, 5] and records(ds) == {k: v for k, v in intact.items() if k not in lost}
+    warned = [r.getMessage() for r in caplog.records if "00001.tar" in r.getMessage()]
+    assert len(warned) == 1 and "the 2 samples before it are served and the rest of the shard is not" in warned[0]
+    served = [i for b in make_loader(str(copy), cache_dir=tmp_path / "cache", **SMALL) for i in b.indices.tolist()]
+    assert sorted(served) == list(range(len(ds)))
 
 
 @pytest.mark.parametrize("which", ["folder", "pattern", "one"])

@@ -65,7 +65,7 @@ def test_foreign_shards_are_indexed_once_then_opened_from_the_cached_index(forei
     def no_scan(*_):
         raise AssertionError("the shards were scanned again")
 
-    monkeypatch.setattr(wds_foreign, "scan_tar", no_scan)
+    monkeypatch.setattr(wds_foreign, "samples_before_damage", no_scan)
     again = wds_foreign.ForeignShardsDataset(foreign_shards, cache_dir=tmp_path)
     assert [again.record(i) for i in range(len(again))] == records
     assert sum(a.nbytes for a in again.index.values()) / len(again) <= 48
