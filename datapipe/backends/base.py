@@ -16,7 +16,6 @@ from ..formats.base import Dataset
 from ..sharding import EpochPlan, Shard, ShardPlan
 from ..storage import redact
 from .bad_samples import BadSample, TooManyBadSamples
-from .deaths import WorkerDied
 from .fields import DEFAULT_FIELDS, FieldSpec, batch_class, check_fields, field_spec
 from .options import LoaderOptions
 
@@ -206,22 +205,16 @@ class Loader(abc.ABC):
             self.epoch, self._offset, self._served = self.epoch + 1, self.plan.start, 0
         self._offset, self._served, self._iterated = self.position, 0, True
         self._epoch_bad = 0 if self._offset == self.plan.start else self._epoch_bad
-        try:
-            keys, pair, spec = self._repeat_keys(), self.options.batch_format == "pair", self.field_spec
-            for batch in self._iterate(self.epoch, self._offset):
-                if spec is not None:
-                    batch, columns = batch
-                if self.stage is not None:
-                    batch = self._batch_stage(batch, None if keys is None else keys[self._served])
-                self._served += 1
-                if spec is not None:
-                    batch = spec.batch(*batch, columns, self._field_device)
-                yield (batch[0], batch[1]) if pair else batch
-        except Exception as exc:
-            died = None if isinstance(exc, WorkerDied) else self._worker_died(exc)
-            if died is None:
-                raise
-            raise died from exc
+        keys, pair, spec = self._repeat_keys(), self.options.batch_format == "pair", self.field_spec
+        for batch in self._iterate(self.epoch, self._offset):
+            if spec is not None:
+                batch, columns = batch
+            if self.stage is not None:
+                batch = self._batch_stage(batch, None if keys is None else keys[self._served])
+            self._served += 1
+            if spec is not None:
+                batch = spec.batch(*batch, columns, self._field_device)
+            yield (batch[0], batch[1]) if pair else batch
 
     def _repeat_keys(self) -> Sequence[np.ndarray] | None:
         """Under repeated augmentation with erasing, this iteration's batches as the plan's keys (a
@@ -236,10 +229,6 @@ class Loader(abc.ABC):
         images, labels = self.stage(batch.images, batch.labels, keys, epoch=self.epoch, position=self.position,
                                     rank=self.shard.rank)
         return Batch(images, labels, batch.indices)
-
-    def _worker_died(self, exc: Exception) -> WorkerDied | None:
-        """The backend's WorkerDied when `exc` means one of its worker processes died, else None."""
-        return None
 
     @abc.abstractmethod
     def _iterate(self, epoch: int, offset: int) -> Iterator[Batch]:

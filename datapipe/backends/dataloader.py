@@ -1,6 +1,7 @@
 """torch DataLoader backend: decode + augment to uint8 in worker processes, normalize on the device."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
@@ -157,42 +158,52 @@ class ProcessLoader(Loader):
         self.normalize = Normalizer(self.device, options.dtype, options.channels_last, keep=KEEP_BATCHES,
                                     mean=options.recipe.mean, std=options.recipe.std)
 
-    def _worker_died(self, exc: Exception) -> WorkerDied | None:
-        return torch_worker_died(self.backend, exc) if self.options.workers else None
-
     def host_batches(self, epoch: int, offset: int) -> Iterator[tuple]:
         """(images, labels, indices): uint8 NCHW batches on the host (pinned where CUDA is used), bad
         samples counted and logged; the extra fields' columns after them when fields are asked for."""
         self.batch_plan.epoch, self.batch_plan.offset, self.batch_plan.size = epoch, offset, self.image_size_at(epoch)
-        with DEFERRED.fetch(), workers_start_deaf():  # a persistent worker may have died since the last epoch
-            batches = iter(self.loader)
+        with self._workers_stopped_on_error(), DEFERRED.fetch(), workers_start_deaf():
+            batches = iter(self.loader)  # a persistent worker may have died since the last epoch
         if self.options.workers:
             DEFERRED.install()  # after iter(): torch installs its SIGCHLD handler there (deaths.py)
         while True:
-            try:
-                with DEFERRED.fetch():
-                    batch = next(batches, None)
-            except BaseException:
-                self._stop_workers(batches)
-                raise
+            with self._workers_stopped_on_error(batches), DEFERRED.fetch():
+                batch = next(batches, None)
             if batch is None:
                 return
             images, labels, indices, bad, *columns = batch
             self.count_bad(bad)
             yield images, labels, indices, *columns
 
-    def _stop_workers(self, batches: Iterator) -> None:
-        """Stop torch's worker processes now, as an error leaves the epoch. Otherwise the error's
-        traceback keeps torch's iterator (and the DataLoader keeps a persistent one), the garbage
-        collector finalizes it after its queues' own finalizers ran, its stop message never reaches
-        the workers, and it waits 5 s for each worker before killing it: a 40 s stall at some later
-        collection with 8 workers. Persistent workers are started afresh for the next epoch."""
-        stop = getattr(batches, "_shutdown_workers", None)  # torch's multi-process iterator (private)
+    @contextlib.contextmanager
+    def _workers_stopped_on_error(self, batches: Iterator | None = None) -> Iterator[None]:
+        """An error out of torch's DataLoader (`batches`, or the persistent iterator it keeps) ends the
+        epoch: a dead worker becomes one WorkerDied (told apart before the stop reaps the workers), and
+        the workers are stopped now. Otherwise the error's traceback keeps torch's iterator (and the
+        DataLoader a persistent one), the garbage collector finalizes it after its queues' own
+        finalizers ran, its stop message never reaches the workers, and it waits 5 s for each worker
+        before killing it: a 40 s stall at some later collection with 8 workers. Persistent workers
+        are started afresh at the next iteration."""
+        try:
+            yield
+        except BaseException as exc:
+            died = None
+            if self.options.workers and isinstance(exc, Exception) and not isinstance(exc, WorkerDied):
+                died = torch_worker_died(self.backend, exc)
+            self._stop_workers(batches if batches is not None else getattr(self.loader, "_iterator", None))
+            if died is None:
+                raise
+            raise died from exc
+
+    def _stop_workers(self, batches: Iterator | None) -> None:
+        """torch's worker processes of `batches` stopped (its own private method), and a persistent
+        iterator dropped so that the DataLoader makes a new one, with new workers."""
+        stop = getattr(batches, "_shutdown_workers", None)  # torch's multi-process iterator
         if stop is None:
             return
         stop()
         if getattr(self.loader, "_iterator", None) is batches:
-            self.loader._iterator = None  # the DataLoader makes a new one (new workers) at the next iter()
+            self.loader._iterator = None
 
     def to_device(self, images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor) -> Batch:
         return self.normalize.batch(images, labels, indices)

@@ -261,12 +261,12 @@ def scan_tar(path: str) -> list[list[Component]]:
 
 def samples_before_damage(path: str) -> tuple[list[list[Component]], list[str], str | None]:
     """A shard's samples (group_samples) up to a header that cannot be trusted (a shard cut short),
-    the members skipped ('byte N: reason'), and the damage's one-line error or None. A last sample
-    with fewer members than the one before it is dropped with the damage: what was cut may be its
-    label, caption or metadata."""
+    the members skipped ('byte N: reason'), and the damage's one-line error or None. The last sample
+    before the damage goes with it: what was cut may be its label, caption or metadata, and nothing
+    says which members a sample should have (at most one whole sample is lost)."""
     found, skipped, damage = walk_tar_until_damage(path)
     groups = group_samples(found)
-    if damage and len(groups) > 1 and {c[0] for c in groups[-1]} < {c[0] for c in groups[-2]}:
+    if damage and groups:
         groups.pop()
     return groups, skipped, damage
 

@@ -59,12 +59,14 @@ def test_a_worker_killed_during_the_step_ends_the_epoch_with_one_clear_error(bac
 
 @pytest.mark.parametrize("backend", ["dataloader", "dali"])
 def test_a_worker_killed_between_epochs_fails_the_next_one_at_once(backend, packed_lmdb, tmp_path):
-    """Killed while it waited for work: DALI, asked for work, would wait forever for it to wake."""
+    """Killed while it waited for work: DALI, asked for work, would wait forever for it to wake. The
+    epoch after starts new workers (persistent ones, the default, too) and serves every record."""
     out = report("idle", backend, packed_lmdb, tmp_path, deadline=60)
     assert out["first"]["error"] is None and out["first"]["indices"] == list(range(out["records"]))
     second = out["second"]
     assert second["error"] == "WorkerDied" and second["expected"], second
     check_message(second["message"], backend)
+    assert out["third"]["error"] is None and out["third"]["indices"] == list(range(out["records"]))
 
 
 @pytest.mark.parametrize("backend", ["dataloader", "dali"])

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from datapipe import make_loader, open_dataset
-from datapipe.formats.tar import BLOCK, END_OF_ARCHIVE, IDX_VERSION, member_header, padded
+from datapipe.formats.tar import BLOCK, END_OF_ARCHIVE, IDX_VERSION, member_header, padded, samples_before_damage
 from datapipe.formats.wds_foreign import ForeignShardsDataset
 from datapipe.records import Fields, canonical_meta
 from tests.converters.test_tar_shards import BAD_FIELDS, write_field_cases
@@ -97,6 +97,27 @@ def test_a_shard_cut_short_serves_the_samples_before_the_damage_with_one_warning
     assert len(warned) == 1 and "the 2 samples before it are served and the rest of the shard is not" in warned[0]
     served = [i for b in make_loader(str(copy), cache_dir=tmp_path / "cache", **SMALL) for i in b.indices.tolist()]
     assert sorted(served) == list(range(len(ds)))
+
+
+@pytest.mark.parametrize("samples, cut_in", [
+    ({"a": ("jpg", "txt")}, "a.txt"),  # the shard's only sample
+    ({"a": ("jpg", "json"), "b": ("jpg", "txt", "json")}, "b.json"),  # more members than the one before it
+], ids=["only-sample", "more-members"])
+def test_the_sample_a_cut_falls_in_is_never_kept_with_members_missing(tmp_path, samples, cut_in):
+    shard = tmp_path / "cut.tar"
+    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for key, exts in samples.items():
+            for ext in exts:
+                blob = (f"{key}.{ext} " * 40).encode()
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(blob)
+                tar.addfile(info, io.BytesIO(blob))
+    with tarfile.open(shard) as tar:
+        member = tar.getmember(cut_in)
+    with open(shard, "r+b") as fh:
+        fh.truncate(member.offset_data + 3)
+    groups, _, damage = samples_before_damage(str(shard))
+    assert damage and [{c[0] for c in g} for g in groups] == [{"jpg", "json"}] * (len(samples) - 1)
 
 
 @pytest.mark.parametrize("which", ["folder", "pattern", "one"])
