@@ -20,6 +20,22 @@ READABLE_VERSIONS = (1, 2)
 CHAIN_START = "0" * 64
 
 
+# Sources without class names (a .cls member, a Parquet label column without ClassLabel names) get
+# the classes "0" .. the largest id. A hostile or broken id (10^9) would build that list in full
+# (23 GB): ids are bounded by this documented cap (ImageNet-21k has 21,841 classes; the largest
+# face-identity sets ~10^6), and an id past it is a bad record, not a class list.
+MAX_INFERRED_CLASSES = 1_000_000
+
+
+def inferred_class_names(top: int) -> list[str]:
+    """The class names "0" .. `top` of a source whose labels are bare ids (top -1: no class).
+    Callers keep ids over MAX_INFERRED_CLASSES - 1 out (a bad record), so this list stays bounded."""
+    if top >= MAX_INFERRED_CLASSES:
+        raise ValueError(f"label id {top} is past the cap of {MAX_INFERRED_CLASSES:,} classes for sources "
+                         "without class names (datapipe.records.MAX_INFERRED_CLASSES)")
+    return [str(n) for n in range(top + 1)]
+
+
 class SplitNotFound(ValueError):
     """The dataset has no split of that name (the message lists the ones it has)."""
 
