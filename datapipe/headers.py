@@ -220,6 +220,20 @@ def _photoshop_fits(s: bytes) -> bool:
     return True
 
 
+def png_has_transparency(data: bytes) -> bool:
+    """Whether a PNG carries a tRNS chunk (a palette or colour key with transparency). The chunk
+    walk reads only chunk headers up to the first IDAT (tRNS must come before it): no CRC, no decode."""
+    pos = 8
+    while pos + 8 <= len(data):
+        kind = data[pos + 4:pos + 8]
+        if kind == b"tRNS":
+            return True
+        if kind in (b"IDAT", b"IEND"):
+            return False
+        pos += 12 + int.from_bytes(data[pos:pos + 4], "big")
+    return False
+
+
 def _png_chunks(data: bytes) -> Chunks | None:
     """(type, start, end) of each chunk's data up to and including IEND, or None unless every chunk
     lies inside the data, has a type of four ASCII letters and a valid CRC."""

@@ -124,7 +124,7 @@ class DaliLoader(Loader):
         self._finalizer = weakref.finalize(self, shutil.rmtree, folder, True)
         self.table = EpochTable.create(folder)
         settings = ViewSettings(options.image_size, options.train, options.seed, options.on_error == "skip",
-                                not dataset.validated, options.recipe)
+                                not dataset.validated, options.recipe, gpu_decode=self.device.type == "cuda")
         self.source = PlannedSource(dataset, plan, self.table, settings, self.field_spec)
         self.threads, self.py_workers = thread_budget(max(1, options.workers), cuda=self.device.type == "cuda")
         self.hw_decoder_load = HW_DECODER_LOAD  # set before the first batch: 0 keeps JPEGs off the hardware decoder

@@ -12,6 +12,7 @@ made the source marks that process as one that calls the object store directly
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Sequence
@@ -20,13 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 from ...augment.dali import INTERP_CODES, op_layout, slot_matrices
 from ...augment.plan import Op, ops_row, plan_ops
 from ...augment.recipe import Recipe
 from ...formats.base import Dataset
 from ...geometry import ViewGeometry, sample_rng
-from ...headers import BadImageError, image_ext, jpeg_scan_start
+from ...decode import decode_rgb
+from ...headers import BadImageError, image_ext, jpeg_scan_start, png_has_transparency
 from ...layout import view_geometry
 from ...sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan, record_of
 from ...storage.isolate import forks_nothing, may_fork_workers
@@ -95,6 +98,19 @@ def check_structure(data: bytes) -> None:
         raise BadImageError("corrupt or truncated: PNG without its IEND chunk")
 
 
+def gpu_decodable(data: bytes) -> bytes:
+    """The bytes DALI's mixed (GPU) decoder gets. A PNG with a tRNS chunk (palette or colour-key
+    transparency) decodes to a white image there (DALI 2.4, nvImageCodec 0.9, H100: 126 levels off
+    the CPU decode, measured by tools/dali_decode_probe.py; DALI's CPU decoder is right): such a
+    record goes as an RGB PNG of its pixels by the one rule (decode.to_rgb: upright, alpha dropped),
+    which every decoder reads alike. Rare (scrapes' palette PNGs), and only those pay a CPU encode."""
+    if image_ext(data) != "png" or not png_has_transparency(data):
+        return data
+    out = io.BytesIO()  # from the bare pixels: Pillow keeps a colour key (tRNS) on an RGB image it converted
+    Image.fromarray(np.asarray(decode_rgb(data))).save(out, format="PNG", compress_level=1)
+    return out.getvalue()
+
+
 @dataclass(frozen=True)
 class ViewSettings:
     image_size: int  # the size of a DALI epoch whose table row names none
@@ -103,6 +119,7 @@ class ViewSettings:
     skip_errors: bool
     check_files: bool  # the source was not validated by `datapipe convert` (Dataset.validated)
     recipe: Recipe | None = None  # the augmentation (datapipe.augment); None: the default recipe
+    gpu_decode: bool = False  # the graph decodes on the GPU (mixed): awkward bytes go through gpu_decodable
 
 
 Prepared = tuple[np.ndarray, int, tuple[np.ndarray, ...]]  # encoded bytes, label, the view's outputs
@@ -184,7 +201,8 @@ class PlannedSource:
             check_structure(sample.data)
         rng = sample_rng(s.seed, epoch, index if key is None else key)
         geometry = view_geometry(sample.data, size, train=s.train, rng=rng, recipe=s.recipe)
-        return (np.frombuffer(sample.data, dtype=np.uint8), sample.label, view_outputs(geometry, size), rng,
+        data = gpu_decodable(sample.data) if s.gpu_decode else sample.data
+        return (np.frombuffer(data, dtype=np.uint8), sample.label, view_outputs(geometry, size), rng,
                 None if self.fields is None else sample.fields)
 
     def _ops(self, rng, size: int) -> tuple[np.ndarray, ...]:
