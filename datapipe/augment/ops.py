@@ -62,7 +62,7 @@ def _posterize(m: float, size: int) -> float:
 
 
 def _solarize(m: float, size: int) -> float:
-    return int(m / LEVEL_MAX * 256)
+    return min(256, int(m / LEVEL_MAX * 256))  # timm clamps past magnitude 10 (mmax > 10)
 
 
 TIMM_OPS: dict[str, OpSpec] = {
@@ -75,7 +75,7 @@ TIMM_OPS: dict[str, OpSpec] = {
     "PosterizeOriginal": OpSpec("posterize", lambda m, s: _posterize(m, s) + 4),
     "Solarize": OpSpec("solarize", _solarize),
     "SolarizeIncreasing": OpSpec("solarize", lambda m, s: 256 - _solarize(m, s)),
-    "SolarizeAdd": OpSpec("solarize_add", lambda m, s: int(m / LEVEL_MAX * 110)),
+    "SolarizeAdd": OpSpec("solarize_add", lambda m, s: min(128, int(m / LEVEL_MAX * 110))),  # timm's clamp
     "Color": OpSpec("color", _enhance),
     "Contrast": OpSpec("contrast", _enhance),
     "Brightness": OpSpec("brightness", _enhance),
@@ -137,6 +137,19 @@ TRIVIAL_OPS: tuple[tuple[str, float, float, bool], ...] = (
     ("auto_contrast", 0, 0, False), ("equalize", 0, 0, False),
 )
 ENHANCE = frozenset({"brightness", "color", "contrast", "sharpness"})
+
+
+def _trivial_magnitudes() -> dict[str, tuple[float, ...]]:
+    """Each TrivialAugmentWide kind's 31 magnitudes exactly as torchvision draws them: torch.linspace in
+    float32, whose rounding (bin 15 of 0..32 is 15.999999, truncated to a 15 px shift) a float64
+    formula does not reproduce. Posterize's bins are integers (TRIVIAL_OPS' comment)."""
+    import torch
+
+    return {kind: tuple(torch.linspace(float(first), float(last), TRIVIAL_BINS).tolist())
+            for kind, first, last, _ in TRIVIAL_OPS if kind != "posterize"}
+
+
+TRIVIAL_MAGNITUDES = _trivial_magnitudes()
 
 
 def _rotation(value: float, width: int, height: int) -> Matrix:

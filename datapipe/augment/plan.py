@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..geometry import Crop, plan_view, sample_rng
-from .ops import ENHANCE, KIND_ID, POLICIES, RAND_INCREASING_OPS, RAND_OPS, TIMM_OPS, TRIVIAL_BINS, TRIVIAL_OPS
+from .ops import ENHANCE, KIND_ID, POLICIES, RAND_INCREASING_OPS, RAND_OPS, TIMM_OPS, TRIVIAL_BINS, TRIVIAL_MAGNITUDES, TRIVIAL_OPS
 from .recipe import AutoAugment, Recipe
 
 MAX_OPS = 8  # op slots of a plan row: vflip + up to 4 auto-augment ops + 3 jitter + grayscale
@@ -104,12 +104,13 @@ def _auto_augment(augment: AutoAugment, size: int, rng: random.Random) -> list[O
 
 def _trivial(rng: random.Random) -> Op:
     """torchvision's TrivialAugmentWide: one op, a magnitude bin of 31, a sign for signed ops."""
-    kind, first, last, signed = TRIVIAL_OPS[rng.randrange(len(TRIVIAL_OPS))]
+    kind, _, _, signed = TRIVIAL_OPS[rng.randrange(len(TRIVIAL_OPS))]
     step = rng.randrange(TRIVIAL_BINS)
-    value = first + (last - first) * step / (TRIVIAL_BINS - 1)
     if kind == "posterize":
         value = 8 - round(step / ((TRIVIAL_BINS - 1) / 6))
-    elif kind == "solarize":
+    else:
+        value = TRIVIAL_MAGNITUDES[kind][step]
+    if kind == "solarize":
         value = math.ceil(value)
     elif kind in ("translate_x", "translate_y"):
         value = int(value)  # torchvision shifts by int(magnitude) pixels
@@ -231,6 +232,6 @@ def _cut_box(rng: np.random.Generator, lam: float, h: int, w: int) -> tuple[int,
     ratio = np.sqrt(1 - lam)
     cut_h, cut_w = int(h * ratio), int(w * ratio)
     cy, cx = int(rng.integers(0, h)), int(rng.integers(0, w))
-    top, bottom = int(np.clip(cy - cut_h // 2, 0, h)), int(np.clip(cy + cut_h // 2, 0, h))
-    left, right = int(np.clip(cx - cut_w // 2, 0, w)), int(np.clip(cx + cut_w // 2, 0, w))
+    top, bottom = int(np.clip(cy - cut_h // 2, 0, h)), int(np.clip(cy + (cut_h + 1) // 2, 0, h))  # timm 1.0.31
+    left, right = int(np.clip(cx - cut_w // 2, 0, w)), int(np.clip(cx + (cut_w + 1) // 2, 0, w))
     return top, bottom, left, right, 1.0 - (bottom - top) * (right - left) / float(h * w)
