@@ -8,10 +8,12 @@ read its bytes with pread, as for ImageNet's tars. Its caption (`.txt`), metadat
 class ids (`.cls`: one, or several "3 7" / "3,7": multi-labels) are small: they are read here, at
 scan, into `ImageFile.fields`, so the plan's fingerprint, the record digests and --resume cover them.
 A sample without `.cls` has label -1; the classes are "0" .. the largest id, as when the shards are
-read in place (datapipe.formats.wds_foreign). A shard cut short keeps the samples before the damage
-(its last one dropped when it has fewer members than the one before: its caption may be what was
-lost) and is reported in one line with its path; a sample without an image, or whose caption or
-metadata cannot be read, is skipped with its reason.
+read in place (datapipe.formats.wds_foreign); a `.cls` id at or past MAX_INFERRED_CLASSES (a damaged
+or crafted label) skips its sample, so that list stays bounded. A shard cut short keeps the samples
+before the damage (its last one dropped when it has fewer members than the one before: its caption
+may be what was lost) and is reported in one line with its path; a sample without an image, whose caption, metadata
+or class ids cannot be read, or two of whose members share an extension (`K.jpg`, `K.txt`, `K.jpg`:
+datapipe.formats.tar.distinct_members) is skipped with its reason.
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ from pathlib import Path
 from datapipe.formats.tar import Component, samples_before_damage
 from datapipe.formats.wds_foreign import IMAGE_EXTS, expand_shards, parse_cls, shard_folder
 from datapipe import field_text
-from datapipe.records import ClassIndex, Fields, multi_labels
+from datapipe.errors import summary
+from datapipe.records import ClassIndex, Fields, inferred_class_names, multi_labels
 from datapipe.scan import FolderLayout, ImageFile, make_key
 
 from .imagenet import find_download
@@ -90,7 +93,7 @@ def scan_shard(shard: str, rel: str) -> tuple[list[ShardSample], list[dict[str, 
             where = f"{rel}:{components[0][3]}"
             if image is None:
                 skipped.append({"path": where, "reason": f"no image member ({'/'.join(IMAGE_EXTS)}); the sample "
-                                                         f"has {', '.join(sorted(by_ext))}"})
+                                                         f"has {summary(sorted(by_ext), 'member extension', show=5)}"})
                 continue
             try:
                 text, meta, ids = _read_fields(fh.fileno(), by_ext)
@@ -130,4 +133,4 @@ def scan_tar_shards(src: str | Path, *, split: str | None = None) -> FolderLayou
     if top < 0:
         log.info("no sample has a .cls member: every record's label is -1 (image-text shards)")
     name = split or "train"
-    return FolderLayout(root, ClassIndex([str(c) for c in range(top + 1)]), {name: files}, {name: skipped})
+    return FolderLayout(root, ClassIndex(inferred_class_names(top)), {name: files}, {name: skipped})

@@ -1,6 +1,8 @@
 """The base of failures a user can cause and fix (bad data, bad options): the CLI prints their
 message as one line and exits non-zero, without a traceback. Kept free of heavy imports."""
 import errno
+import itertools
+from typing import Collection
 
 
 class ExpectedError(Exception):
@@ -42,3 +44,34 @@ def is_disk_full(exc: BaseException | None) -> bool:
             return True
         exc = exc.__cause__ or exc.__context__
     return False
+
+
+NAME_LIMIT = 80  # characters of one name from a dataset quoted in a message (a class name may be megabytes)
+
+
+def shortened(value: object, limit: int = NAME_LIMIT) -> str:
+    """`value`'s text cut to `limit` characters with an ellipsis (for text that is not quoted)."""
+    text = str(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def quoted(value: object, limit: int = NAME_LIMIT) -> str:
+    """`value` quoted (repr of its text) for a message, cut to about `limit` characters with an ellipsis."""
+    text = str(value)
+    shown = repr(text[:limit])
+    if len(text) <= limit and len(shown) <= limit + 2:
+        return shown
+    return shown[:limit - 4] + shown[0] + "..."  # escapes may lengthen it: the quote closed, then the ellipsis
+
+
+def summary(items: Collection[object], what: str, plural: str | None = None, *, show: int = 1) -> str:
+    """A list from user data as a message gives it: its count and its first `show` items, each quoted
+    and shortened ("3 duplicate class names, the first: 'cat'"), never the whole list."""
+    many = plural or f"{what}s"
+    if not items:
+        return f"no {many}"
+    first = ", ".join(quoted(item) for item in itertools.islice(items, show))
+    if len(items) == 1:
+        return f"1 {what}: {first}"
+    head = "the first" if show == 1 else f"the first {min(show, len(items))}"
+    return f"{len(items):,} {many}, {head}: {first}" + (", ..." if 1 < show < len(items) else "")

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, NamedTuple
 
+from .errors import quoted, summary
 from .names import UnsafeName, check_digest, check_name
 
 MANIFEST_NAME = "manifest.json"
@@ -133,7 +135,8 @@ class ClassIndex:
         self.classes = tuple(classes)
         self._index = {name: i for i, name in enumerate(self.classes)}
         if len(self._index) != len(self.classes):
-            raise ValueError(f"class names must be unique, got {list(self.classes)}")
+            repeated = [name for name, count in Counter(self.classes).items() if count > 1]
+            raise ValueError(f"class names must be unique; {summary(repeated, 'duplicate class name')}")
 
     def __len__(self) -> int:
         return len(self.classes)
@@ -145,10 +148,8 @@ class ClassIndex:
         try:
             return self._index[name]
         except KeyError:
-            raise ValueError(
-                f"unknown class {name!r}; the class list (from the train split) is {list(self.classes)[:10]}"
-                + (" ..." if len(self.classes) > 10 else "")
-            ) from None
+            raise ValueError(f"unknown class {quoted(name)}; the class list (from the train split) has "
+                             f"{summary(self.classes, 'class', 'classes', show=10)}") from None
 
 
 @dataclass

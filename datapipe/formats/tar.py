@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 
+from ..errors import quoted
 from ..names import UnsafeName, check_name
 
 BLOCK = 512
@@ -87,7 +88,8 @@ def name_problem(name: str) -> str | None:
 
 def members(blob: bytes, where: str) -> dict[str, tuple[str, bytes]]:
     """The regular-file members in `blob` (whole members, header first): ext -> (member name, data).
-    `where` names the blob in errors."""
+    `where` names the blob in errors; two members of one extension are one (a sample of this
+    project's shards has one of each)."""
     out, pos = {}, 0
     while pos + BLOCK <= len(blob):
         header = blob[pos:pos + BLOCK]
@@ -99,8 +101,12 @@ def members(blob: bytes, where: str) -> dict[str, tuple[str, bytes]]:
         start = pos + BLOCK
         if start + size > len(blob):
             raise ValueError(f"{where}: member {name} runs past the sample's span; the shard is damaged")
+        ext = name.rsplit("/", 1)[-1].split(".", 1)[-1]
         if header[156:157] in (b"0", b"\0"):
-            out[name.rsplit("/", 1)[-1].split(".", 1)[-1]] = (name, blob[start:start + size])
+            if ext in out:
+                raise ValueError(f"{where}: members {quoted(out[ext][0])} and {quoted(name)} share the extension "
+                                 f"{quoted(ext)} in one sample; the shard is damaged or was crafted")
+            out[ext] = (name, blob[start:start + size])
         pos = start + padded(size)
     return out
 
@@ -252,28 +258,31 @@ def _walk(path: str, span: tuple[int, int] | None, found: list[tuple[str, int, i
 def scan_tar(path: str) -> list[list[Component]]:
     """Index a tar from its headers alone (the data is never read): per sample (webdataset grouping:
     same name up to the first dot of the basename, consecutive), its components. Skipped members
-    are logged with their reasons."""
+    (and samples whose members repeat an extension) are logged with their reasons."""
     found, skipped = walk_tar(path)
+    samples, repeated = group_samples(found)
+    skipped += repeated
     if skipped:
         log.warning("%s: skipped %d tar member(s), first %s", path, len(skipped), "; ".join(skipped[:3]))
-    return group_samples(found)
+    return samples
 
 
 def samples_before_damage(path: str) -> tuple[list[list[Component]], list[str], str | None]:
     """A shard's samples (group_samples) up to a header that cannot be trusted (a shard cut short),
-    the members skipped ('byte N: reason'), and the damage's one-line error or None. The last sample
-    before the damage goes with it: what was cut may be its label, caption or metadata, and nothing
-    says which members a sample should have (at most one whole sample is lost)."""
+    the members skipped ('byte N: reason', then the samples group_samples refused), and the damage's
+    one-line error or None. The last sample before the damage goes with it: what was cut may be its
+    label, caption or metadata, and nothing says which members a sample should have (at most one
+    whole sample is lost)."""
     found, skipped, damage = walk_tar_until_damage(path)
-    groups = group_samples(found)
-    if damage and groups:
-        groups.pop()
-    return groups, skipped, damage
+    groups, repeated = group_samples(found, cut=damage is not None)
+    return groups, skipped + repeated, damage
 
 
-def group_samples(found: list[tuple[str, int, int]]) -> list[list[Component]]:
+def group_samples(found: list[tuple[str, int, int]], *, cut: bool = False) -> tuple[list[list[Component]], list[str]]:
     """Members (name, data offset, size) grouped into samples as webdataset groups them: the same
-    name up to the first dot of the basename, consecutive."""
+    name up to the first dot of the basename, consecutive. A sample two of whose members share an
+    extension (`K.jpg`, `K.txt`, `K.jpg`) is refused whole (distinct_members): (samples, reasons).
+    `cut`: the tar was cut short after `found`, whose last sample is dropped (it may lack members)."""
     samples: list[list[Component]] = []
     last = None
     for name, offset, size in found:
@@ -286,7 +295,39 @@ def group_samples(found: list[tuple[str, int, int]]) -> list[list[Component]]:
             samples.append([])
             last = key
         samples[-1].append((ext, offset, size, name))
-    return samples
+    if cut and samples:
+        samples.pop()
+    return distinct_members(samples)
+
+
+def distinct_members(samples: list[list[Component]]) -> tuple[list[list[Component]], list[str]]:
+    """The samples whose members' extensions are distinct, and a reason for each other one. Two
+    `.jpg` members under one key are two images with one caption and label: which one the caption
+    describes cannot be told, so the sample is not read. (webdataset 1.0 raises "duplicate file name"
+    on such a tar, ending the pass, or with a warn-and-continue handler keeps the first image with the
+    caption and drops the second; a dict keyed by extension kept the second with the first's caption.)"""
+    kept, refused = [], []
+    for sample in samples:
+        reason = repeated_extension(sample)
+        if reason is None:
+            kept.append(sample)
+        else:
+            refused.append(reason)
+    return kept, refused
+
+
+def repeated_extension(sample: list[Component]) -> str | None:
+    """Why `sample` cannot be read when two of its members share an extension ('byte N: reason',
+    naming both members), else None."""
+    seen: dict[str, tuple[int, str]] = {}
+    for ext, offset, _, name in sample:
+        if ext in seen:
+            at, first = seen[ext]
+            return (f"byte {at}: members {quoted(first)} and {quoted(name)} (data at bytes {at} and {offset}) "
+                    f"share the extension {quoted(ext)} in one sample; which of them its other members go with "
+                    "cannot be told, so the sample is not read (give each image its own key and repack the shard)")
+        seen[ext] = (offset, name)
+    return None
 
 
 def sample_starts_from_headers(fd: int, end: int, samples: int, where: str) -> list[int]:

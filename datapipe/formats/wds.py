@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import summary
 from ..headers import image_ext
 from ..records import MANIFEST_NAME, Manifest, Record
 from ..storage import Location
@@ -120,7 +121,8 @@ class WdsDataset(Dataset):
         parts = members(files.pread(number, end - start, start), where)
         data = next((v for k, (_, v) in parts.items() if k not in _NOT_IMAGE), None)
         if data is None or not {"cls", "i64", "json"} <= parts.keys():
-            raise ValueError(f"{shard}: sample at byte {start} has members {sorted(parts)}; the shard is damaged")
+            has = summary(sorted(parts), "member extension", show=5)
+            raise ValueError(f"{shard}: sample at byte {start} has {has}; the shard is damaged")
         record = record_from_meta(parts["json"][1], data)
         if parts["cls"][1] != str(record.label).encode():
             raise ValueError(f"{shard}: {record.key}.cls says {parts['cls'][1]!r}, its .json says {record.label}; "

@@ -27,36 +27,42 @@ import numpy as np
 
 from .. import field_text
 from ..names import check_name
-from ..records import FIELD_NAMES, Fields, Record, Sample, multi_labels
+from ..errors import quoted, shortened, summary
+from ..records import FIELD_NAMES, MAX_INFERRED_CLASSES, Fields, Record, Sample, inferred_class_names, multi_labels
 from ..scan import is_image_name
 from ..storage import default_cache_dir
 from ..storage.cachedir import own_folder
 from ..storage.files import ShardFiles
 from .base import REOPEN, Dataset, DatasetReplaced, PerProcess
-from .tar import BLOCK, Component, member_name, parse_idx, samples_before_damage
+from .braces import shard_names
+from .tar import BLOCK, Component, distinct_members, member_name, parse_idx, samples_before_damage
 
 log = logging.getLogger(__name__)
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")
 INDEX_VERSION = 3  # 2: `classes` and `shard_sizes`, so an open reads no per-record array; 3: fields, labels -1
 FIELD_EXTS = {"text": "txt", "meta": "json", "labels": "cls"}  # a record field -> the member that holds it
 _IDS = re.compile(r"[\s,]+")
+_CAP_DIGITS = len(str(MAX_INFERRED_CLASSES))
 _LOCAL_HEADER = struct.Struct("<4s22xHH")  # a zip member's local header: signature ... name and extra lengths
 
 
 def expand_shards(pattern: str) -> list[str]:
     """`shards/train-{000000..000009}.tar` (or a list joined by '::', or a folder of shards) -> the
-    existing shard paths."""
-    import braceexpand
-
+    existing shard paths. The pattern's names are counted before any is made (braces.shard_names)
+    and refused past MAX_SHARDS; below it, they are made one at a time and the first that is no file
+    stops the walk (a pattern of a million names, none there, is refused at once)."""
     if os.path.isdir(pattern):
         found = shard_folder(pattern)
         if not found:
             raise FileNotFoundError(f"{pattern} holds no .tar shards (or holds folders or images beside them)")
         return found
-    paths = [p for part in pattern.split("::") for p in braceexpand.braceexpand(part)]
-    missing = [p for p in paths if not Path(p).is_file()]
-    if missing:
-        raise FileNotFoundError(f"{len(missing)} of {len(paths)} shards in {pattern!r} do not exist, e.g. {missing[0]}")
+    count, names = shard_names(pattern)
+    paths: list[str] = []
+    for path in names:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{quoted(pattern, 200)} names {count:,} shards and shard {len(paths) + 1}, "
+                                    f"{quoted(path, 200)}, does not exist (check the pattern's ranges)")
+        paths.append(path)
     return paths
 
 
@@ -78,13 +84,19 @@ def parse_cls(raw: bytes, where: str) -> tuple[int, ...]:
     ids = [t for t in _IDS.split(raw.decode("ascii", "replace").strip()) if t]
     if not ids or not all(t.isdigit() for t in ids):
         raise ValueError(f"{where} holds {raw[:20]!r}, not class numbers (\"3\", or \"3 7\" for several)")
+    big = next((t for t in ids if len(t.lstrip("0")) > _CAP_DIGITS or int(t) >= MAX_INFERRED_CLASSES), None)
+    if big is not None:  # checked before int(): a 10^6-digit id is refused, not converted
+        raise ValueError(f"{where} holds class id {shortened(big, 24)}, past the cap of {MAX_INFERRED_CLASSES:,} "
+                         "classes for shards without a class list (datapipe.records.MAX_INFERRED_CLASSES); "
+                         "the label is damaged or crafted")
     return tuple(int(t) for t in ids)
 
 
 def _components(shard: str) -> list[list[Component]]:
     """The shard's samples, from its DALI `.idx` beside it (each member checked to lie inside the
     tar) or from its headers; a shard cut short (img2dataset's, killed mid-write) keeps the samples
-    before the damage, with a warning naming it (convert lists it in the report)."""
+    before the damage, with a warning naming it (convert lists it in the report). A sample two of whose
+    members share an extension is left out with a warning naming both (tar.distinct_members)."""
     idx = Path(shard[: -len(".tar")] + ".idx") if shard.endswith(".tar") else None
     if idx is not None and idx.is_file():
         try:
@@ -92,8 +104,10 @@ def _components(shard: str) -> list[list[Component]]:
         except UnicodeDecodeError as exc:
             raise ValueError(f"{idx}: byte {exc.start} is not ASCII; not a DALI index (delete it: the shard is "
                              "then indexed from its headers)") from None
-        return parse_idx(text, where=str(idx), shard_bytes=os.path.getsize(shard))
-    samples, skipped, damage = samples_before_damage(shard)
+        samples, skipped = distinct_members(parse_idx(text, where=str(idx), shard_bytes=os.path.getsize(shard)))
+        damage = None
+    else:
+        samples, skipped, damage = samples_before_damage(shard)
     if skipped:
         log.warning("%s: skipped %d tar member(s), first %s", shard, len(skipped), "; ".join(skipped[:3]))
     if damage:
@@ -102,26 +116,39 @@ def _components(shard: str) -> list[list[Component]]:
     return samples
 
 
+def _class_ids(fd: int, member: Component | None, shard: str) -> tuple[int, ...]:
+    """The class ids of a sample's `.cls` member (none without one); a ValueError naming it otherwise."""
+    if member is None:
+        return ()
+    _, offset, size, name = member
+    return multi_labels(parse_cls(os.pread(fd, size, offset), f"{shard}: {name}"))
+
+
 def scan_index(pattern: str, shards: list[str]) -> dict[str, np.ndarray]:
     """Per sample: shard number, image member header offset, image size, label (-1 without a
     `.cls`, the first id with several); per field (FIELD_EXTS) the data offset and size of its member
-    (-1, 0: none), kept only where some sample has one (an empty array otherwise)."""
+    (-1, 0: none), kept only where some sample has one (an empty array otherwise). A sample whose
+    `.cls` is not class ids under MAX_INFERRED_CLASSES is left out, with a warning a shard naming the
+    first (so the class list "0" .. the largest id stays bounded)."""
     numbers, headers, sizes, labels, top = [], [], [], [], -1
     members: dict[str, tuple[list[int], list[int]]] = {name: ([], []) for name in FIELD_NAMES}
     multi = False
     for number, shard in enumerate(shards):
+        bad: list[str] = []
         with open(shard, "rb") as fh:
             for components in _components(shard):
                 found = {c[0]: c for c in components}
                 image = next((found[e] for e in IMAGE_EXTS if e in found), None)
                 if image is None:
-                    raise ValueError(f"{pattern}: sample {components[0][3]!r} in {shard} lacks an image "
-                                     f"({'/'.join(IMAGE_EXTS)}); it has {sorted(found)}")
-                ids: tuple[int, ...] = ()
-                if "cls" in found:
-                    _, offset, size, name = found["cls"]
-                    ids = multi_labels(parse_cls(os.pread(fh.fileno(), size, offset), f"{shard}: {name}"))
-                    multi |= len(ids) > 1
+                    has = summary(sorted(found), "member extension", show=5)
+                    raise ValueError(f"{pattern}: sample {quoted(components[0][3])} in {shard} lacks an image "
+                                     f"({'/'.join(IMAGE_EXTS)}); it has {has}")
+                try:
+                    ids = _class_ids(fh.fileno(), found.get("cls"), shard)
+                except ValueError as exc:
+                    bad.append(str(exc))
+                    continue
+                multi |= len(ids) > 1
                 numbers.append(number)
                 headers.append(image[1] - BLOCK)
                 sizes.append(image[2])
@@ -131,6 +158,8 @@ def scan_index(pattern: str, shards: list[str]) -> dict[str, np.ndarray]:
                     member = found.get(FIELD_EXTS[field])
                     at.append(member[1] if member else -1)
                     length.append(member[2] if member else 0)
+        if bad:
+            log.warning("skipped %d sample(s) whose .cls holds no usable class ids, the first: %s", len(bad), bad[0])
     keep = {"text": max(members["text"][0], default=-1) >= 0, "meta": max(members["meta"][0], default=-1) >= 0,
             "labels": multi}
     fields = {}
@@ -204,7 +233,8 @@ def checked_index(index: dict[str, np.ndarray], shards: int) -> dict[str, np.nda
     samples = len(index["label"])
     fields = [(len(index[f"{name}_at"]), len(index[f"{name}_size"])) for name in FIELD_NAMES]
     if any(len(index[k]) != samples for k in ("shard", "header", "size")) or len(index["shard_sizes"]) != shards \
-            or len(index["classes"]) != 1 or any(a != b or a not in (0, samples) for a, b in fields):
+            or len(index["classes"]) != 1 or not 0 <= int(index["classes"][0]) <= MAX_INFERRED_CLASSES \
+            or any(a != b or a not in (0, samples) for a, b in fields):
         raise ValueError("the cached index's arrays disagree")
     return index
 
@@ -251,8 +281,8 @@ class ForeignShardsDataset(Dataset):
         self.shards = shards
         stamps = [stamp(shard) for shard in shards]  # before the index is read: a change while indexing shows
         self.index = cached_index(pattern, shards, cache_dir)
-        super().__init__(Path(shards[0]).parent, split="train",
-                         classes=[str(c) for c in range(int(self.index["classes"][0]))], size=len(self.index["label"]))
+        classes = inferred_class_names(int(self.index["classes"][0]) - 1)  # checked_index: within the cap
+        super().__init__(Path(shards[0]).parent, split="train", classes=classes, size=len(self.index["label"]))
         self.fields = index_fields(self.index)
         self._files = PerProcess(functools.partial(ShardFiles, functools.partial(open_indexed, shards, stamps)))
 

@@ -144,15 +144,18 @@ def test_a_cls_with_several_ids_is_a_multi_label_record_whose_label_is_its_first
     assert records(ds) == want
 
 
-def test_a_cls_that_holds_no_class_numbers_is_an_error_naming_it(tmp_path):
+def test_a_cls_that_holds_no_class_numbers_skips_its_sample_with_a_warning_naming_it(tmp_path, caplog):
+    """A bad label is a bad sample, as in convert (#38): the samples around it are served."""
     shard = tmp_path / "bad.tar"
     with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, data in (("a.cls", b"3 x"), ("a.jpg", JPEG)):
+        for name, data in (("a.cls", b"3 x"), ("a.jpg", JPEG), ("b.cls", b"1"), ("b.jpg", JPEG)):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    with pytest.raises(ValueError, match=rf"^{shard}: a\.cls holds b'3 x', not class numbers"):
-        open_dataset(str(shard), cache_dir=tmp_path / "cache")
+    ds = open_dataset(str(shard), cache_dir=tmp_path / "cache")
+    assert [ds[i][:3:2] for i in range(len(ds))] == [("b", 1)] and ds.classes == ["0", "1"]
+    assert f"skipped 1 sample(s) whose .cls holds no usable class ids, the first: {shard}: a.cls holds b'3 x', " \
+           "not class numbers" in caplog.text
 
 
 def write_image_text_shard(folder: Path) -> str:
