@@ -73,5 +73,7 @@ def summary(items: Collection[object], what: str, plural: str | None = None, *, 
     first = ", ".join(quoted(item) for item in itertools.islice(items, show))
     if len(items) == 1:
         return f"1 {what}: {first}"
+    if len(items) <= show:
+        return f"{len(items):,} {many}: {first}"
     head = "the first" if show == 1 else f"the first {min(show, len(items))}"
     return f"{len(items):,} {many}, {head}: {first}" + (", ..." if 1 < show < len(items) else "")

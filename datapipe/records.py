@@ -253,7 +253,8 @@ class Manifest:
     def split(self, name: str) -> SplitInfo:
         """The named split, or a ValueError listing the splits there are."""
         if name not in self.splits:
-            raise SplitNotFound(f"split {name!r} not in this dataset; it has {sorted(self.splits)}")
+            raise SplitNotFound(f"split {quoted(name)} not in this dataset; it has "
+                                f"{summary(sorted(self.splits), 'split', show=5)}")
         return self.splits[name]
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import OwnLineError, first_line
+from ..errors import OwnLineError, first_line, summary
 from ..records import Fields
 
 FIELD_CHOICES = ("image", "label", "text", "meta", "multilabel")
@@ -188,7 +188,8 @@ def multi_hot(ids: list[tuple[int, ...]], num_classes: int) -> torch.Tensor:
     out = torch.zeros((len(ids), num_classes), dtype=torch.float32)
     for k, labels in enumerate(ids):
         if any(not 0 <= i < num_classes for i in labels):
-            raise ValueError(f"multi-label ids {list(labels)} of a batch's sample {k} are not all class ids "
+            raise ValueError(f"multi-label ids ({summary(list(labels), 'id', show=5)}) of a batch's sample {k} "
+                             f"are not all class ids "
                              f"(0..{num_classes - 1})")
         if labels:
             out[k, list(labels)] = 1.0

@@ -71,7 +71,7 @@ def test_verify_passes_on_intact_output(packed):
 
 
 def test_unknown_split_and_index_errors(packed):
-    with pytest.raises(ValueError, match=r"split 'test' not in this dataset; it has \['train', 'val'\]"):
+    with pytest.raises(ValueError, match=r"split 'test' not in this dataset; it has 2 splits: 'train', 'val'"):
         open_dataset(packed, "test")
     with pytest.raises(IndexError, match="out of range"):
         open_dataset(packed, "val")[4]

@@ -43,4 +43,4 @@ def test_summary_counts_and_shows_the_first_items():
     assert summary([], "class", "classes") == "no classes"
     assert summary(["a"], "member extension") == "1 member extension: 'a'"
     assert summary(["a", "b", "c"], "class", "classes", show=2) == "3 classes, the first 2: 'a', 'b', ..."
-    assert summary(["a", "b"], "class", "classes", show=5) == "2 classes, the first 2: 'a', 'b'"
+    assert summary(["a", "b"], "class", "classes", show=5) == "2 classes: 'a', 'b'"
