@@ -117,8 +117,8 @@ class Loader(abc.ABC):
         self._size_schedule = size_schedule(size)
 
     def image_size_at(self, epoch: int) -> int:
-        """The image size epoch `epoch` is served at."""
-        return checked_size(self._size_schedule(epoch), epoch)
+        """The image size epoch `epoch` is served at: checked, and its batch within MAX_BATCH_BYTES."""
+        return self.options.check_batch(checked_size(self._size_schedule(epoch), epoch), epoch)
 
     @property
     def shard(self) -> Shard:
