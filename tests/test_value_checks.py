@@ -94,6 +94,18 @@ def test_a_size_schedule_is_checked_with_the_batch_it_would_fill(clean_folder):
     with pytest.raises(ValueError, match=r"batch_size=256 at image_size=8192 \(epoch 2's image size\) in "
                                          r"torch.float32 is 192 GiB a batch, more than MAX_BATCH_BYTES=64 GiB"):
         loader.image_size_at(2)
+    with pytest.raises(ValueError, match=r"batch_size=256 at image_size=8192 \(epoch 0's image size\)"):
+        loader.set_image_size(8192)  # a fixed size: refused when set
+
+
+@pytest.mark.parametrize("rank,world_size,message", [
+    (0, "2", r"world_size must be >= 1 \(an int\), got '2'"),
+    (0, 2.5, r"world_size must be >= 1 \(an int\), got 2.5"),
+    (True, 2, r"rank must be within 0..1 \(an int\), got True"),
+])
+def test_make_loader_checks_rank_and_world_size_by_type_first(clean_folder, rank, world_size, message):
+    with pytest.raises(ValueError, match=message):
+        make_loader(clean_folder, rank=rank, world_size=world_size, batch_size=4, num_workers=0)
 
 
 @pytest.mark.parametrize("ramp,message", [
