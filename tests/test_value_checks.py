@@ -136,6 +136,7 @@ def test_a_ramp_whose_step_does_not_divide_its_sizes_stays_within_them():
     (dict(model_ema_decay=NAN), r"model_ema_decay must be a finite number within \[0, 1\)"),
     (dict(label_smoothing=NAN), r"label_smoothing must be a finite number within \[0, 1\), got nan"),
     (dict(workers=-1), r"workers must be >= 0 \(an int\), got -1"),
+    (dict(seed=2**64), r"seed must be within 0..9223372036854775807 \(an int\), got 18446744073709551616"),
 ])
 def test_a_train_option_out_of_range_is_one_line(values, message):
     with pytest.raises(ValueError, match=message):

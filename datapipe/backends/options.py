@@ -8,7 +8,7 @@ import torch
 
 from ..augment.recipe import Recipe
 from ..augment.resolution import check_image_size
-from ..checks import integer, probability, real, shown
+from ..checks import MAX_SEED, integer, probability, real, shown
 from ..devices import rank_device
 from ..resources import cpus_per_rank
 from .fields import DEFAULT_FIELDS, check_fields
@@ -24,7 +24,6 @@ MAX_PREFETCH = 64  # batches each worker may hold ready (torch's default: 2)
 # One batch at most this many bytes (batch_size x 3 x size^2 x the dtype's): more than an H100 holds
 # (80 GB); a batch of 256 at 224 px float32 is 154 MB. The refusal comes before any allocation.
 MAX_BATCH_BYTES = 64 << 30
-MAX_SEED = 2**63 - 1  # numpy's SeedSequence takes non-negative ints; the seed mixes into 64-bit keys
 
 
 @dataclass(frozen=True)

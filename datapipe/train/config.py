@@ -17,7 +17,7 @@ from typing import Any
 
 from ..augment.recipe import PRESETS, Recipe, resolve_recipe
 from ..augment.resolution import check_image_size
-from ..checks import integer, real
+from ..checks import MAX_SEED, integer, real
 
 AMP_MODES = ("bf16", "fp16", "off")
 # Per optimizer: (lr, weight_decay) when not given. SGD: the loop's historical values (Goyal et al.);
@@ -102,7 +102,8 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "accum_steps", "log_every"):
             integer(name, getattr(self, name), 1)
         check_image_size(self.image_size)
-        for name, low in (("save_every", 0), ("seed", 0), ("max_steps", 1), ("workers", 0)):
+        integer("seed", self.seed, 0, MAX_SEED)
+        for name, low in (("save_every", 0), ("max_steps", 1), ("workers", 0)):
             if getattr(self, name) is not None:
                 integer(name, getattr(self, name), low)
         if self.lr is not None:
