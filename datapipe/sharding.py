@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .checks import integer
 from .order import Batches, Permutation, derive_key
 from .shardwise import MixedPiece, RankStream, Rest, ShardOrder
 
@@ -33,10 +34,8 @@ class Shard:
     world_size: int = 1
 
     def __post_init__(self) -> None:
-        if self.world_size < 1:
-            raise ValueError(f"world_size must be >= 1, got {self.world_size}")
-        if not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank must be within 0..{self.world_size - 1}, got {self.rank}")
+        world = integer("world_size", self.world_size, 1)  # the type first: "2" or 2.5 is not a world size
+        integer("rank", self.rank, 0, world - 1)
 
 
 def resolve_shard(rank: int | None, world_size: int | None) -> Shard:

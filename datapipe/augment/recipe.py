@@ -10,8 +10,12 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
+
+from ..checks import bounded_pair, integer, is_real, probability, real, reals, shown
+from ..geometry import MAX_ASPECT
 
 TRAIN_INTERPOLATIONS = ("bilinear", "bicubic", "random")
 EVAL_INTERPOLATIONS = ("bilinear", "bicubic")
@@ -21,6 +25,21 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 AA_POLICIES = ("rand", "trivialaugment", "ta_wide", "original", "originalr", "v0", "v0r")
 MAX_AUGMENT_OPS = 4  # RandAugment's n at most: a plan row holds 8 op slots (datapipe.augment.plan.MAX_OPS)
+# The ranges of the numeric fields (datapipe.checks refuses a value outside, or not finite, in one line):
+# - std: 0..1-scale pixels have a std of at most 0.5 (1: no scaling), so > 1 is a 0..255-scale mistake;
+#   at least 1e-4 so a normalized value, at most 1/std, stays finite in float16 (65504) and is not 0/0.
+STD_RANGE = (1e-4, 1.0)
+MEAN_RANGE = (0.0, 1.0)  # a mean of 0..1-scale pixels
+# - crop_pct: the eval view resizes the shorter side to size / crop_pct: at 0.25, 4x the output's side
+#   (timm's models use 0.75..1, torchvision's 0.875, FFCV's 224/256); timm refuses nothing, 1e-9 asked
+#   for a 10^11-pixel resize at eval.
+CROP_PCT_RANGE = (0.25, 1.0)
+RATIO_RANGE = (1 / MAX_ASPECT, float(MAX_ASPECT))  # crop aspect ratios: the images' own bound (geometry)
+MAX_ALPHA = 100.0  # mixup/cutmix beta alpha: timm's recipes use 0.1..1; Beta(100, 100) is already 0.5 +- 0.04
+MAX_JITTER = 10.0  # colour jitter strength: factors drawn in [max(0, 1 - s), 1 + s]; timm's default is 0.4
+MAX_MAGNITUDE = 100.0  # auto-augment m and mmax: timm's levels run 0..10 (mmax may stretch them)
+MAX_ERASE_COUNT = 32  # re_count: timm's max_count, 1..3 in its recipes; each box is drawn per record
+MAX_AUG_REPEATS = 16  # aug_repeats: DeiT's 3, torchvision's 4; each repeat multiplies the epoch's plan
 
 
 @dataclass(frozen=True)
@@ -42,63 +61,38 @@ def parse_auto_augment(text: str) -> AutoAugment:
     parts = text.strip().split("-")
     policy = {"ta_wide": "trivialaugment"}.get(parts[0], parts[0])
     if policy == "augmix":
-        raise ValueError(f"auto_augment={text!r}: AugMix is not supported yet; use rand-m9-mstd0.5-inc1, "
+        raise ValueError(f"auto_augment={shown(text)}: AugMix is not supported yet; use rand-m9-mstd0.5-inc1, "
                          "trivialaugment or original")
     if policy not in AA_POLICIES:
-        raise ValueError(f"auto_augment={text!r}: unknown policy {parts[0]!r}; timm's grammar starts with one of "
-                         f"{AA_POLICIES} (e.g. 'rand-m9-mstd0.5-inc1')")
+        raise ValueError(f"auto_augment={shown(text)}: unknown policy {shown(parts[0])}; timm's grammar starts "
+                         f"with one of {AA_POLICIES} (e.g. 'rand-m9-mstd0.5-inc1')")
     spec: dict[str, Any] = {"policy": policy}
     keys = {"m": "magnitude", "n": "num_ops", "mstd": "magnitude_std", "mmax": "magnitude_max", "inc": "increasing"}
     allowed = {"rand": set(keys), "trivialaugment": set()}.get(policy, {"mstd"})
     for part in parts[1:]:
         match = re.fullmatch(r"([a-z]+)(\d+(?:\.\d+)?)", part)
         if not match or match.group(1) not in allowed:
-            raise ValueError(f"auto_augment={text!r}: cannot read {part!r}; {policy} takes "
+            raise ValueError(f"auto_augment={shown(text)}: cannot read {shown(part)}; {policy} takes "
                              f"{', '.join(sorted(k + 'N' for k in allowed)) or 'no options'}")
         key, value = keys[match.group(1)], float(match.group(2))
         if key == "magnitude_std" and value > 100:
             value = math.inf  # timm: mstd above 100 means uniform in [0, m]
+        elif not math.isfinite(value):  # 400 digits read as inf
+            raise ValueError(f"auto_augment={shown(text)}: {shown(part)} is past any float; m and mmax are "
+                             f"within 0..{MAX_MAGNITUDE:g}, n within 1..{MAX_AUGMENT_OPS}")
         spec[key] = bool(int(value)) if key == "increasing" else int(value) if key == "num_ops" else value
     if not 1 <= spec.get("num_ops", 2) <= MAX_AUGMENT_OPS:
-        raise ValueError(f"auto_augment={text!r}: n must be within 1..{MAX_AUGMENT_OPS} ops per image")
+        raise ValueError(f"auto_augment={shown(text)}: n must be within 1..{MAX_AUGMENT_OPS} ops per image")
+    for key, letter in (("magnitude", "m"), ("magnitude_max", "mmax")):
+        if key in spec:
+            real(f"auto_augment={shown(text)}: {letter}", spec[key], 0, MAX_MAGNITUDE,
+                 note=" (timm's levels run 0..10)")
     return AutoAugment(**spec)
 
 
 def _choice(recipe: "Recipe", key: str, choices: tuple[str, ...], note: str = "") -> None:
     if getattr(recipe, key) not in choices:
-        raise ValueError(f"{key} must be one of {choices}{note}, got {getattr(recipe, key)!r}")
-
-
-def _number(recipe: "Recipe", key: str, low: float, high: float, rule: str) -> float:
-    """The field as a float within [low, high], else a ValueError naming it."""
-    value = getattr(recipe, key)
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if isinstance(value, (bool, str)) or not low <= number <= high:
-        raise ValueError(f"{key} must be {rule}, got {value!r}")
-    return number
-
-
-def _triple(value: Any, name: str) -> tuple[float, float, float]:
-    try:
-        values = tuple(float(v) for v in value)
-    except (TypeError, ValueError):
-        values = ()
-    if len(values) != 3:
-        raise ValueError(f"{name} must be 3 numbers (RGB, on the 0..1 scale), got {value!r}")
-    return values  # type: ignore[return-value]
-
-
-def _pair(value: Any, name: str) -> tuple[float, float]:
-    try:
-        low, high = (float(v) for v in value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a pair (low, high), got {value!r}") from None
-    if not 0 < low <= high:
-        raise ValueError(f"{name} must satisfy 0 < low <= high, got {value!r}")
-    return low, high
+        raise ValueError(f"{key} must be one of {choices}{note}, got {shown(getattr(recipe, key))}")
 
 
 @dataclass(frozen=True)
@@ -137,44 +131,55 @@ class Recipe:
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
-        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (normalising a frozen instance)
-        set_("scale", _pair(self.scale, "scale"))
-        set_("ratio", _pair(self.ratio, "ratio"))
-        if self.scale[1] > 1:
-            raise ValueError(f"scale is a share of the image's area, at most 1, got {self.scale!r}")
         _choice(self, "interpolation", TRAIN_INTERPOLATIONS)
         _choice(self, "eval_interpolation", EVAL_INTERPOLATIONS)
         _choice(self, "re_mode", ERASE_MODES)
         _choice(self, "mix_mode", MIX_MODES, " (timm's 'pair' is not supported)")
-        for key in ("hflip", "vflip", "grayscale_prob", "re_prob", "mixup_prob", "switch_prob"):
-            set_(key, _number(self, key, 0, 1, "a probability, a number within 0..1"))
-        set_("crop_pct", _number(self, "crop_pct", 1e-9, 1, "a number within (0, 1]"))
-        set_("mixup_alpha", _number(self, "mixup_alpha", 0, math.inf, "a number >= 0"))
-        set_("cutmix_alpha", _number(self, "cutmix_alpha", 0, math.inf, "a number >= 0"))
-        set_("label_smoothing", _number(self, "label_smoothing", 0, 0.999999, "a number within [0, 1)"))
-        for key in ("re_count", "aug_repeats"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{key} must be an int >= 1, got {value!r}")
-        set_("color_jitter", self._jitter(self.color_jitter))
         if self.auto_augment is not None:
+            if not isinstance(self.auto_augment, str):
+                raise ValueError(f"auto_augment must be a str in timm's grammar or None, got "
+                                 f"{shown(self.auto_augment)}")
             parse_auto_augment(self.auto_augment)
-        set_("mean", _triple(self.mean, "mean"))
-        set_("std", _triple(self.std, "std"))
-        if min(self.std) <= 0:
-            raise ValueError(f"std must be > 0 in every channel, got {self.std}")
+        for key, value in self._checked_numbers().items():
+            object.__setattr__(self, key, value)  # normalised: floats, tuples
+
+    def _checked_numbers(self) -> dict[str, Any]:
+        """Every numeric field, finite and within its range (datapipe.checks), as the value to keep."""
+        found: dict[str, Any] = {
+            "scale": bounded_pair("scale", self.scale, 0, 1, low_open=True, note=" (shares of the image's area)"),
+            "ratio": bounded_pair("ratio", self.ratio, *RATIO_RANGE, note=" (crop aspect ratios, width / height)"),
+            "crop_pct": real("crop_pct", self.crop_pct, *CROP_PCT_RANGE,
+                             note=" (the eval view resizes the shorter side to size / crop_pct)"),
+            "label_smoothing": real("label_smoothing", self.label_smoothing, 0, 1, high_open=True),
+            "re_count": integer("re_count", self.re_count, 1, MAX_ERASE_COUNT, note=": erasing boxes per image"),
+            "aug_repeats": integer("aug_repeats", self.aug_repeats, 1, MAX_AUG_REPEATS),
+            "color_jitter": self._jitter(self.color_jitter),
+            "mean": reals("mean", self.mean, 3, *MEAN_RANGE, note=" (RGB, on the 0..1 scale; ImageNet's: "
+                          f"{IMAGENET_MEAN})"),
+            "std": reals("std", self.std, 3, *STD_RANGE, note=" (RGB, on the 0..1 scale; ImageNet's: "
+                         f"{IMAGENET_STD})"),
+        }
+        for key in ("hflip", "vflip", "grayscale_prob", "re_prob", "mixup_prob", "switch_prob"):
+            found[key] = probability(key, getattr(self, key))
+        for key in ("mixup_alpha", "cutmix_alpha"):
+            found[key] = real(key, getattr(self, key), 0, MAX_ALPHA, note=" (0: off)")
+        return found
 
     @staticmethod
     def _jitter(value: Any) -> tuple[float, float, float] | None:
-        if value is None or value == 0:
+        """None (off), or (brightness, contrast, saturation) from one number or three; timm's 4th, hue, if 0."""
+        note = " (brightness, contrast, saturation; one number: all three)"
+        if value is None or (is_real(value) and value == 0):
             return None
-        values = (float(value),) * 3 if isinstance(value, (int, float)) else tuple(float(v) for v in value)
-        if len(values) == 4 and values[3] == 0:
-            values = values[:3]
-        if len(values) != 3 or min(values) < 0:
-            raise ValueError(f"color_jitter is one float or (brightness, contrast, saturation), each >= 0; "
-                             f"got {value!r} (hue jitter is not supported yet)")
-        return values  # type: ignore[return-value]
+        if is_real(value) or isinstance(value, (str, bytes)):
+            return (real("color_jitter", value, 0, MAX_JITTER, note=note),) * 3
+        items = tuple(value) if isinstance(value, Iterable) else value
+        if isinstance(items, tuple) and len(items) == 4:
+            if items[3] != 0:
+                raise ValueError(f"color_jitter is one float or (brightness, contrast, saturation), each >= 0; "
+                                 f"got {shown(value)} (hue jitter is not supported yet)")
+            items = items[:3]
+        return reals("color_jitter", items, 3, 0, MAX_JITTER, note=note)  # type: ignore[return-value]
 
     @property
     def augment(self) -> AutoAugment | None:

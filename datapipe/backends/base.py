@@ -112,13 +112,13 @@ class Loader(abc.ABC):
         """The train image size from the next iteration that starts an epoch on: a size, or a function
         of the epoch (datapipe.SizeRamp: FFCV's progressive resizing). Workers and DALI's pipeline are
         kept; the order of records does not change."""
-        if isinstance(size, int):
-            checked_size(size, self.epoch)
+        if isinstance(size, int):  # a fixed size: checked now, its batch too (a schedule's: per epoch)
+            self.options.check_batch(checked_size(size, self.epoch), self.epoch)
         self._size_schedule = size_schedule(size)
 
     def image_size_at(self, epoch: int) -> int:
-        """The image size epoch `epoch` is served at."""
-        return checked_size(self._size_schedule(epoch), epoch)
+        """The image size epoch `epoch` is served at: checked, and its batch within MAX_BATCH_BYTES."""
+        return self.options.check_batch(checked_size(self._size_schedule(epoch), epoch), epoch)
 
     @property
     def shard(self) -> Shard:

@@ -7,6 +7,8 @@ from typing import Any
 import torch
 
 from ..augment.recipe import Recipe
+from ..augment.resolution import check_image_size
+from ..checks import MAX_SEED, integer, probability, real, shown
 from ..devices import rank_device
 from ..resources import cpus_per_rank
 from .fields import DEFAULT_FIELDS, check_fields
@@ -17,6 +19,11 @@ SAMPLING = ("auto", "global", "shards")  # auto: shard-wise for remote datasets,
 # what the loader yields: "batch" Batch(images, labels, indices); "pair" (images, labels), the shape code
 # written for DataLoader(ImageFolder) unpacks (`x, y = batch`: Ignite's default prepare_batch, Keras)
 BATCH_FORMATS = ("batch", "pair")
+MAX_WORKERS = 1024  # loader processes per rank: more than any node's cores; past it, a typo forks thousands
+MAX_PREFETCH = 64  # batches each worker may hold ready (torch's default: 2)
+# One batch at most this many bytes (batch_size x 3 x size^2 x the dtype's): more than an H100 holds
+# (80 GB); a batch of 256 at 224 px float32 is 154 MB. The refusal comes before any allocation.
+MAX_BATCH_BYTES = 64 << 30
 
 
 @dataclass(frozen=True)
@@ -55,33 +62,51 @@ class LoaderOptions:
                              f"tokenizer={self.tokenizer!r}, fields={self.fields}")
         if self.batch_format == "pair" and len(self.fields) < 2:
             raise ValueError(f"batch_format='pair' yields the first two fields; fields={self.fields} has one: add one")
-        if self.mix_shards is not None and (not isinstance(self.mix_shards, int) or self.mix_shards < 1):
-            raise ValueError(f"mix_shards must be an int >= 1 (1: shard by shard) or None, got {self.mix_shards!r}")
+        if self.mix_shards is not None and (isinstance(self.mix_shards, bool) or not isinstance(self.mix_shards, int)
+                                            or self.mix_shards < 1):  # the type first: True is not 1
+            raise ValueError(f"mix_shards must be an int >= 1 (1: shard by shard) or None, "
+                             f"got {shown(self.mix_shards)}")
         if self.batch_format not in BATCH_FORMATS:
             raise ValueError(f"batch_format must be one of {BATCH_FORMATS} (\"pair\": (images, labels) without the "
                              f"record indices), got {self.batch_format!r}")
         if self.sampling not in SAMPLING:
             raise ValueError(f"sampling must be one of {SAMPLING}, got {self.sampling!r}")
-        if self.cache_limit is not None and self.cache_limit <= 0:
-            raise ValueError(f"cache_limit must be a positive number of bytes, got {self.cache_limit}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.image_size < 8:
-            raise ValueError(f"image_size must be at least 8 pixels, got {self.image_size}")
-        if self.num_workers is not None and self.num_workers < 0:
-            raise ValueError(f"num_workers must be >= 0, got {self.num_workers}")
-        if self.prefetch_factor < 1:
-            raise ValueError(f"prefetch_factor must be >= 1, got {self.prefetch_factor}")
         if self.on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {ON_ERROR}, got {self.on_error!r}")
         if self.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.uint8):
             raise ValueError(f"dtype must be torch.float32, float16, bfloat16 or uint8 (un-normalized), got {self.dtype}")
         if not isinstance(self.recipe, Recipe):
             raise ValueError(f"recipe must be a datapipe.Recipe (make_loader also takes a preset name), got {self.recipe!r}")
-        if not 0 <= self.max_bad_fraction <= 1:
-            raise ValueError(f"max_bad_fraction must be within 0..1, got {self.max_bad_fraction}")
         if self.start_method is not None and self.start_method not in START_METHODS:
             raise ValueError(f"start_method must be one of {START_METHODS} or None, got {self.start_method!r}")
+        self._check_numbers()  # after dtype: the batch's bytes need its size
+
+    def _check_numbers(self) -> None:
+        """Every numeric option of the right type (a bool is not a number), finite, within its range
+        (datapipe.checks), and the batch within MAX_BATCH_BYTES."""
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (normalising a frozen instance)
+        set_("batch_size", integer("batch_size", self.batch_size, 1))
+        set_("image_size", check_image_size(self.image_size))
+        set_("seed", integer("seed", self.seed, 0, MAX_SEED))
+        if self.num_workers is not None:
+            set_("num_workers", integer("num_workers", self.num_workers, 0, MAX_WORKERS, note="; None: this rank's "
+                                        "share of the CPUs"))
+        set_("prefetch_factor", integer("prefetch_factor", self.prefetch_factor, 1, MAX_PREFETCH,
+                                        note=": batches each worker holds ready"))
+        set_("max_bad_fraction", probability("max_bad_fraction", self.max_bad_fraction))
+        if self.cache_limit is not None:
+            real("cache_limit", self.cache_limit, 1, note=" (bytes the shard cache may hold) or None")
+        self.check_batch(self.image_size)
+
+    def check_batch(self, size: int, epoch: int | None = None) -> int:
+        """`size` if a batch at it fits MAX_BATCH_BYTES, else one line naming batch_size, size and bytes."""
+        nbytes = self.batch_size * 3 * size * size * self.dtype.itemsize
+        if nbytes > MAX_BATCH_BYTES:
+            at = "" if epoch is None else f" (epoch {epoch}'s image size)"
+            raise ValueError(f"batch_size={self.batch_size} at image_size={size}{at} in {self.dtype} is "
+                             f"{nbytes / 2**30:,.0f} GiB a batch, more than MAX_BATCH_BYTES="
+                             f"{MAX_BATCH_BYTES >> 30} GiB: lower the batch size or the image size")
+        return size
 
     @property
     def workers(self) -> int:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..augment.recipe import PRESETS, Recipe, resolve_recipe
+from ..augment.resolution import check_image_size
+from ..checks import MAX_SEED, integer, real
 
 AMP_MODES = ("bf16", "fp16", "off")
 # Per optimizer: (lr, weight_decay) when not given. SGD: the loop's historical values (Goyal et al.);
@@ -81,30 +83,43 @@ class TrainConfig:
     tensorboard: str = "auto"  # a folder, "auto" (OUT/tensorboard when installed) or "off" (datapipe.train.board)
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size", "accum_steps", "image_size", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        self._check_numbers()
         if self.opt not in OPTIMIZERS:
             raise ValueError(f"opt must be one of {sorted(OPTIMIZERS)}, got {self.opt!r}")
         lr, weight_decay = OPTIMIZERS[self.opt]
         object.__setattr__(self, "lr", lr if self.lr is None else self.lr)
         object.__setattr__(self, "weight_decay", weight_decay if self.weight_decay is None else self.weight_decay)
         object.__setattr__(self, "recipe", as_recipe(self.recipe))
-        if self.lr <= 0 or self.warmup_epochs < 0 or self.save_every < 0 or self.weight_decay < 0:
-            raise ValueError("lr must be > 0; warmup_epochs, save_every and weight_decay must be >= 0")
         if not 0 <= self.min_lr <= self.lr or not 0 <= self.warmup_lr <= self.lr:
             raise ValueError(f"min_lr ({self.min_lr}) and warmup_lr ({self.warmup_lr}) must be within 0..lr ({self.lr})")
-        if not 0 <= self.model_ema_decay < 1:
-            raise ValueError(f"model_ema_decay must be within [0, 1), got {self.model_ema_decay} (timm's default: 0.9998)")
         if self.amp is not None and self.amp not in AMP_MODES:
             raise ValueError(f"amp must be one of {AMP_MODES}, got {self.amp!r}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
         self._check_smoothing()
 
+    def _check_numbers(self) -> None:
+        """The numeric options, each of its type (a bool is not a number), finite, within its range
+        (datapipe.checks), before anything is built: a bad value fails at the start, not at an epoch's end."""
+        for name in ("epochs", "batch_size", "accum_steps", "log_every"):
+            integer(name, getattr(self, name), 1)
+        check_image_size(self.image_size)
+        integer("seed", self.seed, 0, MAX_SEED)
+        for name, low in (("save_every", 0), ("max_steps", 1), ("workers", 0)):
+            if getattr(self, name) is not None:
+                integer(name, getattr(self, name), low)
+        if self.lr is not None:
+            real("lr", self.lr, 0, low_open=True)
+        if self.weight_decay is not None:
+            real("weight_decay", self.weight_decay, 0)
+        for name in ("warmup_epochs", "warmup_lr", "min_lr"):
+            real(name, getattr(self, name), 0)
+        real("momentum", self.momentum, 0, 1, high_open=True)
+        real("model_ema_decay", self.model_ema_decay, 0, 1, high_open=True, note=" (timm's default: 0.9998)")
+        if self.label_smoothing is not None:
+            real("label_smoothing", self.label_smoothing, 0, 1, high_open=True)
+        if self.cache_limit is not None:
+            real("cache_limit", self.cache_limit, 1, note=" (bytes the shard cache may hold) or None")
+
     def _check_smoothing(self) -> None:
-        if self.label_smoothing is not None and not 0 <= self.label_smoothing < 1:
-            raise ValueError(f"label_smoothing must be within [0, 1), got {self.label_smoothing}")
         if (self.label_smoothing is not None and self.recipe.soft_targets
                 and self.label_smoothing != self.recipe.label_smoothing):
             raise ValueError(

@@ -140,11 +140,11 @@ def test_auto_augment_grammar():
 
 
 @pytest.mark.parametrize("fields,message", [
-    (dict(scale=(0.5, 0.1)), "scale must satisfy"), (dict(interpolation="lanczos"), "interpolation must be one of"),
+    (dict(scale=(0.5, 0.1)), r"scale must be a pair \(low, high\) of finite numbers with 0 < low <= high <= 1"), (dict(interpolation="lanczos"), "interpolation must be one of"),
     (dict(hflip=1.5), "hflip must be a probability"), (dict(hflip="0.5"), "hflip must be a probability"),
-    (dict(re_count=1.5), "re_count must be an int >= 1"), (dict(aug_repeats=0), "aug_repeats must be an int"),
-    (dict(mean=0.5), "mean must be 3 numbers"), (dict(std=(0.2, 0.2, 0)), "std must be > 0"),
-    (dict(crop_pct="1"), "crop_pct must be a number"), (dict(auto_augment="rand-m9-n5"), "n must be within 1..4"), (dict(re_mode="noise"), "re_mode must be one of"),
+    (dict(re_count=1.5), r"re_count must be within 1..32 \(an int"), (dict(aug_repeats=0), "aug_repeats must be within 1..16"),
+    (dict(mean=0.5), "mean must be 3 finite numbers"), (dict(std=(0.2, 0.2, 0)), r"std must be 3 finite numbers, each within \[0.0001, 1\]"),
+    (dict(crop_pct="1"), "crop_pct must be a finite number"), (dict(auto_augment="rand-m9-n5"), "n must be within 1..4"), (dict(re_mode="noise"), "re_mode must be one of"),
     (dict(color_jitter=(0.4, 0.4, 0.4, 0.1)), "hue jitter is not supported"), (dict(crop_pct=0), "crop_pct"),
     (dict(mix_mode="pair"), "'pair' is not supported"),
 ])
