@@ -15,6 +15,7 @@ from __future__ import annotations
 import configparser
 import errno
 import os
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -63,6 +64,19 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.max_retries < 0 or self.budget_s <= 0:
             raise ValueError(f"max_retries must be >= 0 and budget_s > 0, got {self.max_retries}, {self.budget_s}")
+
+
+# How obstore (object_store, reqwest) gives the HTTP status it got: "non-2xx status code: 403 Forbidden",
+# "status: 403,", "HTTP status client error (403 Forbidden)". The server's status comes before its body.
+_STATUS = re.compile(r"\bstatus(?: code)?: (\d{3})\b|\bstatus client error \((\d{3})\b")
+
+
+def refusal_status(text: str) -> bool:
+    """Whether a store error's text reports HTTP 401 or 403 (credentials refused): the status obstore
+    names, never digits elsewhere in it. A 503 whose text held "401" or "403" in its port, its
+    elapsed time ("in 40.403ms") or its body was taken for a refusal (#38)."""
+    found = _STATUS.search(text)
+    return found is not None and (found[1] or found[2]) in ("401", "403")
 
 
 def _aws_files_config(environ: dict[str, str]) -> dict[str, str]:
@@ -192,7 +206,7 @@ class RemoteStore:
                 f"{where}: access denied; check the credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or "
                 "AWS_PROFILE and ~/.aws, GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*) and the bucket's policy")
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if "403" in first or "401" in first or "Forbidden" in first or "AccessDenied" in first:
+        if refusal_status(str(exc)):
             return self._translate(name, PermissionError())
         return StoreUnavailable(f"{where}: the store failed after {self.retry.max_retries} retries over at most "
                                 f"{self.retry.budget_s:g} s ({redact(first)}); check the network "

@@ -69,6 +69,18 @@ def test_a_worker_killed_between_epochs_fails_the_next_one_at_once(backend, pack
     assert out["third"]["error"] is None and out["third"]["indices"] == list(range(out["records"]))
 
 
+def test_a_dali_pool_that_sees_the_death_late_fails_the_next_epoch_at_once(packed_lmdb, tmp_path):
+    """Under load, DALI's pool observer may wake after the loader saw the death and dropped the
+    pipeline: closed first, the pool took it for a clean close and notified the dead worker, and
+    the next epoch hung (#38). The loader now waits for the pool to stop before it drops it."""
+    out = report("idle", "dali", packed_lmdb, tmp_path, "late-observer", deadline=60)
+    assert out["first"]["error"] is None
+    second = out["second"]
+    assert second["error"] == "WorkerDied" and second["expected"], second
+    check_message(second["message"], "dali")
+    assert out["third"]["error"] is None and out["third"]["indices"] == list(range(out["records"]))
+
+
 @pytest.mark.parametrize("backend", ["dataloader", "dali"])
 def test_datapipe_bench_prints_a_killed_worker_as_one_line(backend, packed_lmdb, tmp_path):
     done = run_faults("cli", backend, packed_lmdb, tmp_path, check=False)

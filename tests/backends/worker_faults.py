@@ -3,7 +3,7 @@ test_worker_processes.py runs them under a deadline and reads the JSON line they
 
     python tests/backends/worker_faults.py overlap DATA PY_WORKERS FOLDER
     python tests/backends/worker_faults.py kill BACKEND DATA FOLDER
-    python tests/backends/worker_faults.py idle BACKEND DATA FOLDER
+    python tests/backends/worker_faults.py idle BACKEND DATA FOLDER [late-observer]
     python tests/backends/worker_faults.py cli BACKEND DATA FOLDER
 
 The faults live in the dataset's record reads, patched into its class here and inherited by the
@@ -137,10 +137,31 @@ def kill(backend: str, data: str, folder: Path) -> dict:
     return {"first": first, "again": epoch(loader), "records": len(loader.dataset)}
 
 
-def idle(backend: str, data: str, folder: Path) -> dict:
-    """A worker killed between two epochs, while it waits for work; then the next two epochs."""
+def late_pool_observer(delay_s: float) -> None:
+    """DALI's pool observer thread reacts to a worker's exit `delay_s` late, as under load when it is
+    not scheduled for a while: a pool close that comes meanwhile is seen together with the death."""
+    import multiprocessing.connection as connection
+
+    wait = connection.wait
+
+    def late_wait(objects, timeout=None):
+        ready = wait(objects, timeout)
+        observer = threading.current_thread().name.endswith("(_observer_thread)")
+        if observer and any(isinstance(r, int) for r in ready):  # a worker's sentinel, not the close's pipe
+            time.sleep(delay_s)
+            ready = wait(objects, 0)
+        return ready
+
+    connection.wait = late_wait
+
+
+def idle(backend: str, data: str, folder: Path, late_observer: bool = False) -> dict:
+    """A worker killed between two epochs, while it waits for work; then the next two epochs. With
+    `late_observer`, DALI's pool notices the death a second late."""
     from datapipe import make_loader
 
+    if late_observer:
+        late_pool_observer(1.0)
     parent, noted = os.getpid(), []
 
     def note_worker(index: int) -> None:
@@ -177,6 +198,6 @@ if __name__ == "__main__":
     elif scenario == "kill":
         print(json.dumps(kill(args[0], args[1], Path(args[2]))))
     elif scenario == "idle":
-        print(json.dumps(idle(args[0], args[1], Path(args[2]))))
+        print(json.dumps(idle(args[0], args[1], Path(args[2]), late_observer=args[3:] == ["late-observer"])))
     else:
         sys.exit(cli(args[0], args[1], Path(args[2])))

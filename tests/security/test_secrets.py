@@ -15,7 +15,8 @@ import torch
 
 from datapipe import cli, make_loader, open_dataset
 from datapipe.inspect import describe
-from datapipe.storage import RemoteStore, RetryPolicy, StoreError, redact
+from datapipe.storage import RemoteStore, RetryPolicy, StoreError, StoreUnavailable, redact
+from datapipe.storage.urls import refusal_status
 
 PASSWORD, SIGNATURE, TOKEN = "s3cr3t-pass", "SIGVALUE123", "TOKVALUE456"
 ENVIRONMENT = {"AWS_SECRET_ACCESS_KEY": "aws-secret-in-env-1", "AWS_SESSION_TOKEN": "aws-session-in-env-2",
@@ -54,6 +55,26 @@ def test_a_store_error_after_retries_carries_no_secret(failing_http):
     exc = caught.value
     assert "retries" in str(exc)
     assert_clean(str(exc) + repr(exc) + "".join(traceback.format_exception(exc)) + repr(pickle.dumps(exc)))
+
+
+def test_a_503_with_401_or_403_in_its_text_is_no_refusal(failing_http):
+    """A 503 was taken for refused credentials when "401" or "403" stood anywhere in obstore's first
+    line: in the port, the elapsed time ("in 40.403ms": 1 run in 40 of the test above) or the body."""
+    host = failing_http(503, "busy (request 401-403, not AccessDenied, not Forbidden)")
+    with pytest.raises(StoreUnavailable, match=r"the store failed after 2 retries .*503 Service Unavailable"):
+        RemoteStore(secret_url(host), retry=FAST).read("manifest.json")
+
+
+@pytest.mark.parametrize(("text", "refused"), [
+    ("Error performing GET http://127.0.0.1:40312/x in 40.403ms, after 2 retries - Server returned non-2xx "
+     "status code: 503 Service Unavailable: 401", False),
+    ("Error performing GET http://127.0.0.1:33313/x in 3.3ms - Server returned non-2xx status code: 403 Forbidden: "
+     "<Code>AccessDenied</Code>", True),
+    ("Generic { inner: Status { status: 401, body: None } }", True),
+    ("HTTP status client error (401 Unauthorized) for url (http://169.254.169.254/token)", True),
+    ("connection refused (os error 111) at 127.0.0.1:40301", False)])
+def test_only_the_status_obstore_reports_makes_a_refusal(text, refused):
+    assert refusal_status(text) is refused
 
 
 def test_a_remote_dataset_shows_no_secret_anywhere(http_root, packed_wds, tmp_path, capsys):

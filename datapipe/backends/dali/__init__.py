@@ -77,15 +77,44 @@ def require_dali():
 
 
 JOIN_DYING_S = 5.0  # a killed worker's threads end within milliseconds; its exit code is waited for this long
+OBSERVER_S = 10.0  # DALI's pool stops its other workers (SIGTERM, a join) within milliseconds of a death
+
+
+def _proc_pool(pipe):
+    """A built pipeline's pool of parallel external_source workers, or None. DALI has no public call
+    for it: this reads its pool (2.x: Pipeline._py_pool.pool, a ProcPool that keeps multiprocessing
+    Processes and an Observer thread) and finds none if that changes."""
+    return getattr(getattr(pipe, "_py_pool", None), "pool", None)
 
 
 def source_worker_exits(pipe) -> list[tuple[int, int | None]]:
-    """(pid, exit code or None while it runs) of a built pipeline's parallel external_source workers.
-    DALI has no public call for their processes: this reads its pool (2.x: Pipeline._py_pool, a
-    WorkerPool whose ProcPool keeps multiprocessing Processes) and finds none if that changes."""
-    pool = getattr(getattr(pipe, "_py_pool", None), "pool", None)
-    processes = getattr(pool, "_processes", None) or []
+    """(pid, exit code or None while it runs) of a built pipeline's parallel external_source workers."""
+    processes = getattr(_proc_pool(pipe), "_processes", None) or []
     return [(p.pid, _exit_code(p)) for p in processes if p.pid is not None]
+
+
+def await_pool_stop(pipe) -> None:
+    """After a source worker died, before the pipeline is dropped: wait until DALI's pool has seen the
+    death and stopped itself. Its observer thread does that when it wakes, but a pool closed before
+    (the pipeline's finalizer calls pool.close()) takes the close for a clean one and wakes the workers
+    waiting on its task queue, and multiprocessing's Condition.notify waits forever for the dead one
+    to wake: under load, the observer woke after the loader had dropped the pipeline, and the next
+    epoch hung. An observer still running after OBSERVER_S (on a lock the dead worker held) is
+    detached, so that no close waits for it, and the workers it did not stop are stopped here."""
+    pool = _proc_pool(pipe)
+    observer = getattr(pool, "_observer", None)
+    thread = getattr(observer, "thread", None)
+    if thread is None:
+        return
+    thread.join(OBSERVER_S)
+    if not thread.is_alive():
+        return
+    log.warning("DALI's worker pool did not stop within %g s of a source worker's death; stopping its "
+                "workers without it", OBSERVER_S)
+    observer.thread = None
+    for process in getattr(pool, "_processes", None) or []:
+        if process.pid is not None and process.exitcode is None:
+            process.terminate()
 
 
 def _exit_code(process) -> int | None:
@@ -219,11 +248,13 @@ class DaliLoader(Loader):
     def _lost_worker(self) -> WorkerDied | None:
         """A WorkerDied naming the source worker that died, or None while none did. When one exits,
         DALI's pool stops the others (SIGTERM) and its pipeline answers "Worker data receiving
-        interrupted", then fails for good: the pipeline is dropped and the next iteration builds anew."""
+        interrupted", then fails for good: the pipeline is dropped once the pool has stopped
+        (await_pool_stop), and the next iteration builds anew."""
         exits = [(pid, code) for pid, code in source_worker_exits(self._pipe) if code not in (None, 0)]
         if not exits:
             return None
         pid, code = next(((p, c) for p, c in exits if c != -signal.SIGTERM), exits[0])
+        await_pool_stop(self._pipe)
         self._pipe = self._iterator = None
         return worker_died(self.backend, "a DALI source worker process", pid, exit_description(code))
 
