@@ -63,7 +63,8 @@ class Rows(NamedTuple):
 def read_rows(source: str | Path | BinaryIO, info: HubFile, group: int | None = None) -> Rows:
     """The labels, captions and multi-label ids of row group `group`'s rows (None: the whole
     file's; not their images: row_group_images), the ids as the chosen classes number them
-    (`info.remap`); pyarrow's error when they cannot be read."""
+    (`info.remap`); pyarrow's error when they cannot be read, a ValueError naming the file when
+    they are another number of rows than its footer says (a damaged file)."""
     pa, _ = pyarrow()
     rows = sum(n for n, _ in info.groups) if group is None else info.groups[group][0]
     columns = [c for c in (info.label, info.caption, info.multi) if c]
@@ -71,6 +72,7 @@ def read_rows(source: str | Path | BinaryIO, info: HubFile, group: int | None = 
     if columns:
         with parquet_file(source) as pf:
             table = pf.read(columns=columns) if group is None else pf.read_row_group(group, columns=columns)
+        _check_rows(info, group, table.num_rows, ", ".join(map(repr, columns)))
     none: list[Any] = [None] * rows
     texts = none
     if info.caption:  # as bytes: one caption that is not UTF-8 is its row's problem, not the row group's
@@ -80,6 +82,16 @@ def read_rows(source: str | Path | BinaryIO, info: HubFile, group: int | None = 
     if info.remap is not None and info.multi:
         ids = [None if row is None else [_remapped_id(v, info.remap) for v in row] for row in ids]
     return Rows(_labels(table, info, rows), texts, ids)
+
+
+def _check_rows(info: HubFile, group: int | None, found: int, columns: str) -> None:
+    """A ValueError naming the file when `found` values were read where its footer says otherwise:
+    a record would be another row's, or none."""
+    want = sum(n for n, _ in info.groups) if group is None else info.groups[group][0]
+    if found != want:
+        where = "its rows" if group is None else f"row group {group}"
+        raise ValueError(f"{shown(info.path, 300)}: {where} hold {found:,} values in column(s) {shown(columns)} where "
+                         f"its footer says {want:,} rows: the file is damaged; fetch it again")
 
 
 def _remapped_id(value: int | None, remap: tuple[int, ...]) -> int | None:
@@ -213,8 +225,9 @@ class ParquetDataset(Dataset):
         if last.get("at") != (number, group):
             last.clear()  # one row group in memory
             with open_regular(path) as fh:
-                last.update(at=(number, group), images=row_group_images(fh, group, column),
-                            rows=read_rows(fh, info, group))
+                images, rows = row_group_images(fh, group, column), read_rows(fh, info, group)
+            _check_rows(info, group, len(images), repr(column))
+            last.update(at=(number, group), images=images, rows=rows)
         rows, origin = last["rows"], f"{printable(path)}#row {row}"
         try:
             label, fields = row_record(rows, at_row, info, len(self.classes))

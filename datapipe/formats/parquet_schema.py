@@ -98,7 +98,7 @@ class HubFile:
     image: str
     label: str | None  # None: the labels are the multi-label column's smallest ids, or -1
     classes: list[str] | None  # the class names in the schema's metadata (the module's rule)
-    groups: list[tuple[int, int]]  # (rows, compressed bytes of the image column) per row group
+    groups: list[tuple[int, int]]  # (rows, bytes: the footer's total_byte_size) per row group
     caption: str | None = None  # the caption column (Fields.text)
     multi: str | None = None  # the multi-label column: a list of class ids a row (Fields.labels)
     top: int = UNLABELED  # without class names: the largest label (or id of a list, without a label column)
@@ -250,10 +250,13 @@ def read_hub_file(path: Path) -> HubFile:
                          "a truncated download? Fetch it again, or move it out of the folder") from None
     groups = []
     for g in range(meta.num_row_groups):
+        # the row group's bytes, not its image column's: pyarrow's RowGroupMetaData.column() aborts the
+        # process (std::terminate) on a column chunk whose size statistics do not fit the schema (fuzzed)
         group = meta.row_group(g)
-        leaves = (group.column(c) for c in range(group.num_columns))
-        groups.append((group.num_rows, sum(c.total_compressed_size for c in leaves
-                                           if c.path_in_schema.split(".")[0] == image)))
+        if group.num_rows < 0:
+            raise ValueError(f"{shown(path, 300)}: its footer gives row group {g} {group.num_rows:,} rows: the file "
+                             "is damaged; fetch it again")
+        groups.append((group.num_rows, group.total_byte_size))
     return HubFile(path, image, label, classes, groups, caption, multi, top)
 
 
