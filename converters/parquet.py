@@ -25,11 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from datapipe.formats.parquet import (UNLABELED, HubFile, Rows, bad_label, class_names, pyarrow, read_hub_file,
-                                      read_rows, record_fields, row_group_images, split_of)
+from datapipe.formats.parquet import Rows, read_rows, row_group_images, row_record
+from datapipe.formats.parquet_schema import UNLABELED, HubFile, pyarrow, read_hub_file, resolve_classes, shown, split_of
 from datapipe.headers import BadImageError
-from datapipe.records import NO_FIELDS, ClassIndex
-from datapipe.scan import SPLIT_NAMES, FolderLayout, ImageFile, make_key
+from datapipe.records import ClassIndex
+from datapipe.scan import SPLIT_NAMES, FolderLayout, ImageFile, make_key, printable
 
 from .members import Member
 
@@ -118,23 +118,20 @@ def parquet_files(src: str | Path) -> list[Path] | None:
 def _rows(info: HubFile, root: Path, classes: ClassIndex, taken: set[str],
           skipped: list[dict[str, str]]) -> list[list[ImageFile]]:
     """Each row group's rows of one file as ImageFiles, with their caption and multi-labels; rows
-    with a label outside the classes go to `skipped`."""
-    rel = info.path.relative_to(root).as_posix() if info.path != root else info.path.name
+    with a label outside the classes or a caption that is not UTF-8 go to `skipped`. A file name
+    that is not UTF-8 is shown with \\xNN escapes (datapipe.scan.printable), as a folder's."""
+    rel = printable(info.path.relative_to(root).as_posix() if info.path != root else info.path.name)
     stem = rel[: -len(".parquet")] if rel.lower().endswith(".parquet") else rel
     data = _file_rows(info)
-    labels = data.labels.tolist()
     out, first = [], 0
     for group, (rows, size) in enumerate(info.groups):
         files = []
         for row in range(first, first + rows):
-            label, relpath = labels[row], f"{rel}#row {row}"
+            relpath = f"{rel}#row {row}"
             try:
-                fields = record_fields(data.texts[row], data.ids[row], info, len(classes)) if info.fields else NO_FIELDS
-                reason = bad_label(label, len(classes))
-            except ValueError as exc:  # a multi-label id outside the classes
-                reason = str(exc)
-            if reason:
-                skipped.append({"path": relpath, "reason": reason})
+                label, fields = row_record(data, row, info, len(classes))
+            except ValueError as exc:  # a label or id outside the classes, a caption that is not UTF-8
+                skipped.append({"path": relpath, "reason": str(exc)})
                 continue
             path = ParquetRow(str(info.path), group, first, row, info.image)
             files.append(ImageFile(path, relpath, label, make_key(f"{stem}/{row:08d}", taken),  # type: ignore[arg-type]
@@ -152,8 +149,8 @@ def _file_rows(info: HubFile) -> Rows:
         return read_rows(info.path, info)
     except (pa.ArrowException, OSError) as exc:
         columns = [c for c in (info.label, info.caption, info.multi) if c]
-        raise ValueError(f"{info.path}: its {' and '.join(map(repr, columns))} column(s) cannot be read "
-                         f"({str(exc).splitlines()[0]}); a truncated download? Fetch it again") from None
+        raise ValueError(f"{shown(info.path, 300)}: its {' and '.join(map(repr, columns))} column(s) cannot be read "
+                         f"({shown(str(exc).splitlines()[0], 200)}); a truncated download? Fetch it again") from None
 
 
 def scan_parquet(src: str | Path, *, split: str | None = None, shuffle_seed: int | None = None) -> FolderLayout | None:
@@ -172,7 +169,8 @@ def scan_parquet(src: str | Path, *, split: str | None = None, shuffle_seed: int
     log.info("%s: %d Parquet file(s) (Hugging Face layout)", src, len(wanted))
     with ThreadPoolExecutor(min(FOOTER_THREADS, len(files))) as pool:
         every = list(pool.map(read_hub_file, files))  # every split's: the classes are the train split's
-    classes = ClassIndex(class_names(every))
+    names, every = resolve_classes(every)
+    classes = ClassIndex(names)
     infos = [info for info in every if info.path in wanted]
     splits: dict[str, list[list[ImageFile]]] = {}
     skipped: dict[str, list[dict[str, str]]] = {}

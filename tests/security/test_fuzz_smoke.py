@@ -12,7 +12,7 @@ import pytest
 
 from fuzz.targets import PARAM_BYTES, ROOT, TARGETS, mutate, run_checked
 
-MUTANTS = {"jpeg_markers": 3000, "jpeg_region": 1500, "tar": 1000, "idx": 3000, "manifest": 1000}
+MUTANTS = {"jpeg_markers": 3000, "jpeg_region": 1500, "tar": 1000, "idx": 3000, "manifest": 1000, "parquet": 600}
 
 
 def findings(name: str) -> list[bytes]:
