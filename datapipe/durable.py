@@ -33,6 +33,11 @@ _KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words ("a FIFO", "a symbolic link", ...), for one-line errors."""
+    return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
+
+
 def _not_own(path: Path, what: str, kind: str) -> NotOwnFile:
     return NotOwnFile(f"{path} is {kind}, not a plain file: datapipe writes its {what} there and does not write "
                       f"through it; remove it (rm {path}) and run again")
@@ -51,11 +56,11 @@ def open_own(path: Path, flags: int, *, what: str = "file", mode: int = 0o644) -
             found = os.lstat(path).st_mode
         except OSError:
             found = stat.S_IFLNK
-        raise _not_own(path, what, next((k for test, k in _KINDS if test(found)), "not a plain file")) from None
+        raise _not_own(path, what, file_kind(found)) from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
         os.close(fd)
-        kind = next((k for test, k in _KINDS if test(info.st_mode)), f"a file with {info.st_nlink} hard links")
+        kind = file_kind(info.st_mode) if not stat.S_ISREG(info.st_mode) else f"a file with {info.st_nlink} hard links"
         raise _not_own(path, what, kind)
     os.set_blocking(fd, True)
     return fd
