@@ -123,3 +123,16 @@ def test_a_fifo_planted_at_the_lock_is_refused_without_blocking(tmp_path):
     with pytest.raises(ConvertError, match=r"data.lmdb.lock is a FIFO, not a plain file"):
         with writer_lock(dst):
             pass
+
+
+def test_a_link_planted_in_a_resumed_staging_folder_is_not_appended_through(tmp_path):
+    """The source log of a resumed LMDB/HDF5 conversion is opened through durable.open_own too."""
+    from datapipe.durable import NotOwnFile
+    from converters.staging import SOURCES_NAME, SourceLog
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / SOURCES_NAME).symlink_to(victim)
+    with pytest.raises(NotOwnFile, match=rf"{SOURCES_NAME} is a symbolic link, not a plain file: .* remove it"):
+        SourceLog(tmp_path, 0)
+    assert victim.read_text() == "keep me"
