@@ -5,7 +5,7 @@
 set -u
 PY=${PYTHON:-.venv/bin/python}
 SECONDS_EACH=${FUZZ_SECONDS:-60}
-TARGETS=${FUZZ_TARGETS:-"jpeg_markers jpeg_region tar idx manifest"}
+TARGETS=${FUZZ_TARGETS:-$($PY -c "from fuzz.targets import TARGETS; print(' '.join(TARGETS))")}  # every target in targets.py
 mkdir -p build/fuzz-logs
 status=0
 summary=""
