@@ -456,7 +456,8 @@ def check_sidecars(data: bytes) -> None:
     files, skipped = layout.splits["train"], layout.skipped["train"]
     if skipped:
         reason = skipped[0]["reason"]
-        if len(skipped) != 1 or files or "\n" in reason or not re.match(r"(caption |metadata )?c/x\.(txt|json) ", reason):
+        named = re.match(r"(caption |metadata )?c/x\.(txt|json) ", reason)
+        if len(skipped) != 1 or files or "\n" in reason or not named:
             raise Finding(f"the bad sidecar's skip is not one line naming it: {skipped!r:.300}")
         return
     if flags & 1 and flags & 20 or flags & 2 and flags & 8:
