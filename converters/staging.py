@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from datapipe.durable import open_own
 from datapipe.formats.base import fsync_file, write_json_atomic
 from datapipe.records import SplitInfo
 
@@ -52,7 +53,8 @@ class SourceLog:
     file that counts them. Append-only, so 1.28M files cost one pass, not one rewrite per checkpoint."""
 
     def __init__(self, staging: Path, keep: int) -> None:
-        self._file = open(staging / SOURCES_NAME, "ab")
+        fd = open_own(staging / SOURCES_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, what="source log")
+        self._file = os.fdopen(fd, "ab")  # a link planted in a staging folder resumed: refused, not followed
         # lines past the last checkpoint are of files that will be read again
         self._file.truncate(min(keep, os.fstat(self._file.fileno()).st_size))
 

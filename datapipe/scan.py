@@ -7,6 +7,7 @@ folder tree, so a store and a disk holding the same files scan to the same plan.
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import logging
 import os
@@ -18,6 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
 from . import field_text
+from .dataset_files import SIDECAR_MAX_BYTES, BadDatasetFile, read_dataset_file, too_big
 from .records import NO_FIELDS, ClassIndex, Fields
 from .storage.urls import is_url
 
@@ -117,13 +119,16 @@ def sidecar_kinds(names: Collection[str]) -> set[str]:
     return {SIDECARS[ext] for stem, ext in side if stem in stems}
 
 
-def read_optional(path: str) -> bytes | None:
-    """A file's bytes, or None when there is no such file."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+def read_optional(path: str, root: str | None = None) -> bytes | None:
+    """A sidecar's bytes, or None when there is no such file; read the one safe way
+    (dataset_files: no link out of `root` or the image's folder, regular files only, at most
+    SIDECAR_MAX_BYTES), else BadDatasetFile."""
+    return read_dataset_file(path, limit=SIDECAR_MAX_BYTES, what="sidecar", root=root)
+
+
+def sidecar_reader(root: str | Path) -> Callable[[str], bytes | None]:
+    """read_optional for the sidecars of the dataset at `root` (links inside it are followed)."""
+    return functools.partial(read_optional, root=os.fspath(root))
 
 
 def read_sidecars(image: str, where: str, kinds: Collection[str],
@@ -136,13 +141,16 @@ def read_sidecars(image: str, where: str, kinds: Collection[str],
     for ext, kind in SIDECARS.items():
         if kind not in kinds:
             continue
+        label = "caption" if kind == "text" else "metadata"
         try:
             raw = read(stem + ext)
+        except BadDatasetFile as exc:
+            raise ValueError(f"{label} {shown}{ext} {exc.reason}") from None
         except OSError as exc:
             raise ValueError(f"{shown}{ext} cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
         if raw is not None:
-            values[kind] = (field_text.caption(raw, f"caption {shown}{ext}", strip_newline=True) if kind == "text"
-                            else field_text.metadata(raw, f"metadata {shown}{ext}"))
+            values[kind] = (field_text.caption(raw, f"{label} {shown}{ext}", strip_newline=True) if kind == "text"
+                            else field_text.metadata(raw, f"{label} {shown}{ext}"))
     return Fields(values.get("text"), values.get("meta")) if values else NO_FIELDS
 
 
@@ -154,11 +162,11 @@ class DiskTree:
     per folder walked, the kinds of sidecar found beside its images."""
 
     sizes: dict[str, int] | None = None
-    read_sidecar = staticmethod(read_optional)
 
-    def __init__(self) -> None:
+    def __init__(self, root: str | Path | None = None) -> None:
         self.unreadable: list[str] = []
         self.sidecars: dict[str, set[str]] = {}
+        self.read_sidecar = read_optional if root is None else sidecar_reader(root)  # links inside root followed
 
     def subdirs(self, folder: Any) -> list[str]:
         return sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
@@ -208,8 +216,14 @@ class StoreTree:
         return sorted(found, key=lambda p: (str(p.parent), p.name))
 
     def read_sidecar(self, path: str) -> bytes | None:
-        """The object at `path` ("/" + its name), or None when the listing has none."""
-        return None if path[1:] not in self.sizes or self._read is None else self._read(path[1:])
+        """The object at `path` ("/" + its name), or None when the listing has none; one over
+        SIDECAR_MAX_BYTES by the listing is BadDatasetFile, never downloaded."""
+        size = self.sizes.get(path[1:])
+        if size is None or self._read is None:
+            return None
+        if size > SIDECAR_MAX_BYTES:
+            raise too_big(path[1:], size, SIDECAR_MAX_BYTES, "sidecar")
+        return self._read(path[1:])
 
 
 def detect_layout(root: Path, tree: DiskTree | StoreTree = DiskTree()) -> str:
@@ -259,7 +273,7 @@ def _tree(root: str | Path) -> tuple[Any, DiskTree | StoreTree]:
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"{root} is not a folder; expected an image folder laid out as {root}/CLASS/*.jpg")
-    return root, DiskTree()
+    return root, DiskTree(root)
 
 
 def _split_dirs(root: Any, tree: DiskTree | StoreTree, layout: str, split: str) -> dict[str, Any]:
@@ -357,7 +371,7 @@ def scan_labelled(root: str | Path, labels_csv: str | Path, *, split: str = "val
         raise ValueError(f"{labels_csv}: row {bad[0]!r} is not 'filename,class'")
     wanted = {r[0].strip(): r[1].strip() for r in rows}
     classes = ClassIndex(sorted(set(wanted.values())))
-    tree = DiskTree()
+    tree = DiskTree(root)
     present = {printable(p.relative_to(root).as_posix()): p for p in tree.images(root)}
     kinds = tree.sidecars.get(str(root), set())
     taken: set[str] = set()
@@ -368,7 +382,7 @@ def scan_labelled(root: str | Path, labels_csv: str | Path, *, split: str = "val
             continue
         key = make_key(relpath, taken)
         try:
-            fields = read_sidecars(str(path), relpath, kinds) if kinds else NO_FIELDS
+            fields = read_sidecars(str(path), relpath, kinds, tree.read_sidecar) if kinds else NO_FIELDS
         except ValueError as exc:
             skipped.append({"path": relpath, "reason": str(exc)})
             continue

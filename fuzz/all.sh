@@ -5,7 +5,8 @@
 set -u
 PY=${PYTHON:-.venv/bin/python}
 SECONDS_EACH=${FUZZ_SECONDS:-60}
-TARGETS=${FUZZ_TARGETS:-"jpeg_markers jpeg_region tar idx manifest parquet"}
+ALL=$($PY -c "from fuzz.targets import TARGETS; print(' '.join(TARGETS))")  # every target in targets.py
+TARGETS=${FUZZ_TARGETS:-$ALL}
 mkdir -p build/fuzz-logs
 status=0
 summary=""

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from ..dataset_files import MANIFEST_MAX_BYTES, read_dataset_file
 from ..durable import atomic_write, fsync_file  # fsync_file: for the writers here and the converters
 from ..errors import OwnLineError
 from ..records import MANIFEST_NAME, Fields, Manifest, Record, Sample
@@ -195,10 +196,9 @@ def write_json_atomic(path: Path, text: str) -> None:
 
 def read_dir_manifest(path: Path) -> Manifest | None:
     """The manifest of a folder-shaped dataset, or None when the folder has none."""
-    file = Path(path) / MANIFEST_NAME
-    if not file.is_file():
-        return None
-    return Manifest.from_json(file.read_text(encoding="utf-8"), source=str(file))
+    file = Path(path) / MANIFEST_NAME  # a FIFO or a link to /dev/zero there: one line, no hang, no read
+    raw = read_dataset_file(str(file), limit=MANIFEST_MAX_BYTES, what="manifest", links_out=True)
+    return None if raw is None else Manifest.from_json(raw.decode("utf-8"), source=str(file))
 
 
 def write_dir_manifest(path: Path, manifest: Manifest) -> None:

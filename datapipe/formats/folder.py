@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from ..records import FIELD_NAMES, NO_FIELDS, Record, Sample, SplitNotFound
-from ..scan import read_sidecars, scan_split_compact
+from ..scan import read_sidecars, scan_split_compact, sidecar_reader
 from ..storage.cachedir import default_cache_dir, own_folder
 from .base import Dataset
 from .folder_index import FolderIndex
@@ -81,5 +81,5 @@ class FolderDataset(Dataset):
 
     def _read(self, index: int) -> Record:
         path, origin = self.file_path(index), self.origin(index)
-        fields = read_sidecars(str(path), origin, self.fields) if self.fields else NO_FIELDS
+        fields = read_sidecars(str(path), origin, self.fields, sidecar_reader(self.path)) if self.fields else NO_FIELDS
         return Record(self.index.key(index), path.read_bytes(), self.index.label(index), origin, "", fields)

@@ -114,6 +114,6 @@ def drop_past(folder: Path, step: int, epoch: int) -> None:
                 kept.append(data[at:end])
             at = end
         if dropped:
-            with atomic_write(file, needs=len(data), tmp=folder / ".datapipe-rewrite.tmp") as fh:
+            with atomic_write(file, needs=len(data), tmp_stem=".datapipe-rewrite") as fh:
                 fh.write(b"".join(kept) + data[at:])
             log.info("%s: %d events past the resumed step %d / epoch %d removed", file.name, dropped, step, epoch)

@@ -28,6 +28,7 @@ from torch import nn
 from ..backends import Loader, make_loader
 from ..records import SplitNotFound
 from ..storage import redact
+from ..durable import write_text
 from . import checkpoint, metrics_log
 from .board import Board
 from .clock import make_clock
@@ -37,6 +38,7 @@ from .ema import ModelEma
 from .guard import NonFiniteGuard
 from .models import build_model
 from .objective import Criterion, count_correct
+from .out_lock import out_lock
 from .optim import build_optimizer
 from .preempt import Preemption
 from .profiling import epoch_profiler
@@ -392,9 +394,11 @@ class Trainer:
             summary = {"epochs_done": self.epoch, "steps": self.step, "weights_digest_per_rank": digests,
                        "last": self.metrics[-1] if self.metrics else None, "recipe": self.config.recipe.to_dict(),
                        "opt": self.config.opt, "model_ema_decay": self.config.model_ema_decay if self.ema else None}
-            (self.out / "summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+            write_text(self.out / "summary.json", json.dumps(summary, indent=1))
 
 
 def train(config: TrainConfig, env: DistEnv = DistEnv(), preemption: Preemption | None = None) -> list[dict[str, Any]]:
-    """Run a training job (one rank of it under torchrun); returns the per-epoch metrics."""
-    return Trainer(config, env).fit(preemption)
+    """Run a training job (one rank of it under torchrun), --out locked by rank 0 for the whole run;
+    returns the per-epoch metrics."""
+    with out_lock(config.out, env):
+        return Trainer(config, env).fit(preemption)

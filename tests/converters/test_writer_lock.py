@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import converters.lock
+import datapipe.output_lock
 from converters import ConvertOptions, convert
 from converters.errors import ConvertError
 from converters.lock import STALE_S, lock_path, writer_lock
@@ -80,7 +80,7 @@ def test_another_hosts_lock_counts_while_it_is_fresh(tmp_path, monkeypatch, age,
     lock.write_text(json.dumps({"host": "node-b", "pid": 4242, "since": "2026-11-25T10:00:00+00:00"}))
     touched = 1_700_000_000
     os.utime(lock, (touched, touched))
-    monkeypatch.setattr(converters.lock, "clock", lambda: touched + age)
+    monkeypatch.setattr(datapipe.output_lock, "clock", lambda: touched + age)
     if refused:
         with pytest.raises(ConvertError, match=r"host node-b, pid 4242"):
             convert(IMAGEFOLDER, dst, ConvertOptions(**QUIET))
@@ -99,3 +99,40 @@ def test_the_lock_is_released_after_a_conversion_and_can_be_held_again(tmp_path)
             with writer_lock(dst):
                 pass
     assert not lock_path(dst).exists()
+
+
+@pytest.mark.parametrize("target", ["victim.txt", "gone/outside.txt"])
+def test_a_link_planted_at_the_lock_is_refused_and_nothing_is_written_through_it(tmp_path, target):
+    """#38: DST.lock a symlink to a file the user can write (or dangling): one line naming it, saying to
+    remove it; the file it points to is neither overwritten nor created."""
+    dst, outside = tmp_path / "out" / "data.lmdb", tmp_path / target
+    if target == "victim.txt":
+        outside.write_text("keep me")
+    dst.parent.mkdir()
+    lock_path(dst).symlink_to(outside)
+    with pytest.raises(ConvertError, match=rf"^{lock_path(dst)} is a symbolic link, not a plain file: .* remove it"):
+        convert(IMAGEFOLDER, dst, ConvertOptions(**QUIET))
+    assert (outside.read_text() == "keep me") if target == "victim.txt" else not outside.parent.exists()
+    assert not outside.parent.exists() or outside.exists() == (target == "victim.txt")
+    assert lock_path(dst).is_symlink() and not dst.exists()
+
+
+def test_a_fifo_planted_at_the_lock_is_refused_without_blocking(tmp_path):
+    dst = tmp_path / "data.lmdb"
+    os.mkfifo(lock_path(dst))
+    with pytest.raises(ConvertError, match=r"data.lmdb.lock is a FIFO, not a plain file"):
+        with writer_lock(dst):
+            pass
+
+
+def test_a_link_planted_in_a_resumed_staging_folder_is_not_appended_through(tmp_path):
+    """The source log of a resumed LMDB/HDF5 conversion is opened through durable.open_own too."""
+    from datapipe.durable import NotOwnFile
+    from converters.staging import SOURCES_NAME, SourceLog
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / SOURCES_NAME).symlink_to(victim)
+    with pytest.raises(NotOwnFile, match=rf"{SOURCES_NAME} is a symbolic link, not a plain file: .* remove it"):
+        SourceLog(tmp_path, 0)
+    assert victim.read_text() == "keep me"

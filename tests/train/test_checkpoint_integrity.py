@@ -36,7 +36,7 @@ def test_a_checkpoint_ends_with_the_sha256_of_its_zip_and_still_loads_anywhere(t
     assert torch.equal(load(tmp_path / "last.pt")["model"]["w"], state["model"]["w"])
     assert run_settings(tmp_path / "last.pt")["lr"] == 0.5  # the CLI's memory-mapped read
     assert torch.load(tmp_path / "last.pt", weights_only=True)["config"] == state["config"]  # plain torch too
-    assert not (tmp_path / "last.pt.tmp").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]  # no temp file left
 
 
 def test_a_checkpoint_from_before_the_digest_still_loads_and_says_so(tmp_path, caplog):
