@@ -38,3 +38,19 @@ def run_in_session(argv: list[str], timeout: float, *, cwd=None, check: bool = T
     if check:
         assert process.returncode == 0, stderr[-3000:]
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+@contextlib.contextmanager
+def holding(code: str, *args: str, cwd=None) -> Iterator[subprocess.Popen]:
+    """A real second process running `code` (python -c) with `args`, which prints "held" once it holds
+    what it takes and keeps it until this context ends (then it is killed)."""
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, cwd=cwd)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)

@@ -12,6 +12,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .trivial_bins import BINS
+
 # The applier kinds, in id order (a plan row stores the id). The parameter of each:
 KINDS = (
     "identity",       # -
@@ -139,17 +141,11 @@ TRIVIAL_OPS: tuple[tuple[str, float, float, bool], ...] = (
 ENHANCE = frozenset({"brightness", "color", "contrast", "sharpness"})
 
 
-def _trivial_magnitudes() -> dict[str, tuple[float, ...]]:
-    """Each TrivialAugmentWide kind's 31 magnitudes exactly as torchvision draws them: torch.linspace in
-    float32, whose rounding (bin 15 of 0..32 is 15.999999, truncated to a 15 px shift) a float64
-    formula does not reproduce. Posterize's bins are integers (TRIVIAL_OPS' comment)."""
-    import torch
-
-    return {kind: tuple(torch.linspace(float(first), float(last), TRIVIAL_BINS).tolist())
-            for kind, first, last, _ in TRIVIAL_OPS if kind != "posterize"}
-
-
-TRIVIAL_MAGNITUDES = _trivial_magnitudes()
+# Each kind's 31 magnitudes as torchvision draws them (torch.linspace in float32, whose rounding, as
+# bin 15 of 0..32 being 15.999999, a float64 formula does not reproduce); posterize's bins are integers.
+# Kinds without a magnitude (identity, auto_contrast, equalize) have 0 in every bin.
+TRIVIAL_MAGNITUDES = {kind: BINS.get((float(first), float(last)), (0.0,) * TRIVIAL_BINS)
+                      for kind, first, last, _ in TRIVIAL_OPS if kind != "posterize"}
 
 
 def _rotation(value: float, width: int, height: int) -> Matrix:

@@ -67,3 +67,10 @@ def test_trivial_augment_magnitudes_are_torchvisions_float32_bins(kind):
         assert abs(value) == pytest.approx(abs(expected), abs=0) or value == pytest.approx(2 - expected, abs=0), step
     if kind.startswith("translate"):
         assert abs(_trivial(Scripted([op, 15]))[1]) == 15
+
+
+def test_the_written_out_bins_are_torchs_linspace():
+    from datapipe.augment.trivial_bins import BINS
+
+    for (first, last), bins in BINS.items():
+        assert list(bins) == torch.linspace(first, last, 31).tolist()

@@ -17,6 +17,7 @@ from converters.lock import STALE_S, lock_path, writer_lock
 from datapipe import open_dataset
 from datapipe.formats import staging_path
 from tests.conftest import IMAGEFOLDER
+from tests.processes import holding
 
 QUIET = dict(workers=1, progress=False)
 HOLD = """
@@ -33,17 +34,11 @@ with writer_lock(Path(sys.argv[1])):
 def holder(tmp_path):
     """A real second process holding the lock of tmp_path/out.lmdb, with a staging folder of its own."""
     dst = tmp_path / "out.lmdb"
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(dst)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, cwd=Path(__file__).resolve().parents[2])
-    try:
-        assert proc.stdout.readline().strip() == "held"
+    with holding(HOLD, str(dst), cwd=Path(__file__).resolve().parents[2]) as proc:
         staging = staging_path(dst)
         staging.mkdir()
         (staging / "data.mdb").write_bytes(b"the holder's work")
         yield dst, proc
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
 
 
 def test_a_second_conversion_is_refused_naming_the_holder_and_leaves_its_staging(holder):

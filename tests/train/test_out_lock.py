@@ -15,6 +15,7 @@ from datapipe.output_lock import OutputLocked
 from datapipe.train import DistEnv
 from datapipe.train.out_lock import LOCK_NAME, out_lock
 from tests.conftest import IMAGEFOLDER
+from tests.processes import holding
 
 REPO = Path(__file__).resolve().parents[2]
 HOLD = """
@@ -31,14 +32,8 @@ with out_lock(sys.argv[1], DistEnv()):
 def holder(tmp_path):
     """A real process holding the lock of tmp_path/run, as a live `datapipe train --out tmp_path/run` does."""
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, cwd=REPO)
-    try:
-        assert proc.stdout.readline().strip() == "held"
+    with holding(HOLD, str(out), cwd=REPO) as proc:
         yield out, proc
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
 
 
 def test_a_second_train_on_the_same_out_is_refused_in_one_line_naming_the_holder(holder):

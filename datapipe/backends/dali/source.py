@@ -21,14 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
 
 from ...augment.dali import INTERP_CODES, op_layout, slot_matrices
 from ...augment.plan import Op, ops_row, plan_ops
 from ...augment.recipe import Recipe
 from ...formats.base import Dataset
 from ...geometry import ViewGeometry, sample_rng
-from ...decode import decode_rgb
 from ...headers import BadImageError, image_ext, jpeg_scan_start, png_has_transparency
 from ...layout import view_geometry
 from ...sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan, record_of
@@ -106,6 +104,10 @@ def gpu_decodable(data: bytes) -> bytes:
     which every decoder reads alike. Rare (scrapes' palette PNGs), and only those pay a CPU encode."""
     if image_ext(data) != "png" or not png_has_transparency(data):
         return data
+    from PIL import Image  # here only: a source worker loads Pillow for such a record alone
+
+    from ...decode import decode_rgb
+
     out = io.BytesIO()  # from the bare pixels: Pillow keeps a colour key (tRNS) on an RGB image it converted
     Image.fromarray(np.asarray(decode_rgb(data))).save(out, format="PNG", compress_level=1)
     return out.getvalue()
