@@ -96,8 +96,11 @@ class LmdbWriter(Writer):
 
     def __init__(self, staging: Path, *, size_hint: int, shard_bytes: int) -> None:
         super().__init__(staging, size_hint=size_hint, shard_bytes=shard_bytes)
+        # meminit (LMDB's default) zeroes a page's unused bytes before it is written: without it they
+        # held whatever the converting process's heap held (other datasets' images, a store's
+        # credentials) and went out with the dataset (py-lmdb's docs warn of exactly this)
         self._env = lmdb.open(str(self.staging), map_size=max(_MIN_MAP, int(size_hint * 1.2) + _MIN_MAP),
-                              subdir=True, meminit=False, max_dbs=0)
+                              subdir=True, meminit=True, max_dbs=0)
         self._pending: list[tuple[bytes, bytes]] = []
         self._pending_bytes = 0
 
