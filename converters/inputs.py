@@ -11,10 +11,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import stat
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from datapipe.dataset_files import BadDatasetFile, open_regular
 from datapipe.headers import BadImageError
 
 from .members import Member
@@ -56,17 +56,11 @@ def open_input(path: str) -> BinaryIO:
     A member of an archive (converters.members) opens its archive and reads only its own bytes."""
     if isinstance(path, Member):
         return path.opened(open_input(path.archive))  # type: ignore[no-any-return]
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
-            raise BadImageError(f"not a regular file ({kind})")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+    try:  # the one open of a dataset's files (datapipe.dataset_files)
+        fd = open_regular(path, what="image file", fix="it is skipped")
+    except BadDatasetFile as exc:
+        raise BadImageError(f"not a regular file ({exc.kind})" if exc.kind else exc.reason) from None
+    return os.fdopen(fd, "rb")
 
 
 def read_input(path: str) -> bytes:

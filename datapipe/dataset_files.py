@@ -29,9 +29,9 @@ _CHUNK = 1 << 20
 class BadDatasetFile(ValueError):
     """A file of a dataset refused before it was read; `reason` without the path."""
 
-    def __init__(self, path: str, reason: str) -> None:
+    def __init__(self, path: str, reason: str, kind: str | None = None) -> None:
         super().__init__(f"{path} {reason}")
-        self.path, self.reason = path, reason
+        self.path, self.reason, self.kind = path, reason, kind  # kind: what it is, when not a regular file
 
 
 def too_big(path: str, size: int, limit: int, what: str) -> BadDatasetFile:
@@ -59,30 +59,53 @@ def _open(path: str, root: str | None, links_out: bool) -> int:
     return os.open(real, _FLAGS | os.O_NOFOLLOW)  # a link swapped in since the check: ELOOP, not followed
 
 
+def open_regular(path: str, *, what: str, fix: str, root: str | None = None, links_out: bool = True) -> int:
+    """A blocking read-only descriptor of `path` once it proved a regular file (opened non-blocking,
+    checked on the descriptor: a FIFO never blocks, a device is never read); BadDatasetFile for a link
+    out of `root` (unless `links_out`) or another kind of file, saying `fix`. FileNotFoundError as
+    os.open raises it. The caller closes the descriptor."""
+    try:
+        fd = _open(path, root, links_out)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:  # a socket: no device or address to open
+            raise
+        raise BadDatasetFile(path, f"is a socket, not a regular file; a {what} must be a file: {fix}", "a socket") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = file_kind(info.st_mode)
+            raise BadDatasetFile(path, f"is {kind}, not a regular file; a {what} must be a file: {fix}", kind)
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_dataset_file(path: str, *, limit: int, what: str, root: str | None = None,
                       links_out: bool = False) -> bytes | None:
     """The bytes of `path` (a `what`: "sidecar", "manifest"), or None when there is no such file.
     BadDatasetFile for a link out of `root` (unless `links_out`), a file that is not a regular file,
     or one over `limit` bytes; OSError when it cannot be read (permission denied)."""
     try:
-        fd = _open(path, root, links_out)
+        fd = open_regular(path, what=what, fix="replace it with one, or remove it", root=root, links_out=links_out)
     except (FileNotFoundError, NotADirectoryError):
         return None
-    except OSError as exc:
-        if exc.errno != errno.ENXIO:  # a socket: no device or address to open
-            raise
-        raise BadDatasetFile(path, f"is a socket, not a regular file; a {what} must be a file: remove it") from None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise BadDatasetFile(path, f"is {file_kind(info.st_mode)}, not a regular file; a {what} must be a "
-                                       "file: replace it with one, or remove it")
-        chunks, got = [], 0 if info.st_size <= limit else info.st_size  # a file that grows: the reads tell
+        size = os.fstat(fd).st_size
+        chunks, got = [], 0 if size <= limit else size  # a file that grows: the reads tell
         while got <= limit and (chunk := os.read(fd, min(_CHUNK, limit + 1 - got))):
             chunks.append(chunk)
             got += len(chunk)
         if got > limit:
-            raise too_big(path, max(info.st_size, got), limit, what)
+            raise too_big(path, max(size, got), limit, what)
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def index_limit(shard_bytes: int) -> int:
+    """The most bytes a DALI `.idx` of a tar of `shard_bytes` may hold: a line entry (ext, offset,
+    size, name) is shorter than the 512-byte header each member costs the tar, plus 16 MiB for indexes
+    that list members more than once (a 2 KB shard's index of 100,000 samples is a test's)."""
+    return max(0, int(shard_bytes)) + (16 << 20)

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..dataset_files import MANIFEST_MAX_BYTES
 from ..records import MANIFEST_NAME, Manifest, SplitNotFound
 from ..storage import RemoteLocation, RemoteStore, ShardCache, StoreNotFound, is_url
 from . import hdf5, lmdb, wds
@@ -69,7 +70,7 @@ def _interrupted(path: Path, staging: Path) -> ValueError:
 def read_remote_manifest(store: RemoteStore) -> Manifest:
     """The manifest of a dataset in an object store (written last: no manifest, no finished dataset)."""
     try:
-        text = store.read(MANIFEST_NAME)
+        text = store.read(MANIFEST_NAME, limit=MANIFEST_MAX_BYTES, what="manifest")
     except StoreNotFound:
         raise StoreNotFound(f"{store.describe(MANIFEST_NAME)} does not exist: {store.describe()} is not a datapipe "
                             "dataset, or its conversion did not finish (`datapipe convert SRC URL --resume`)") from None

@@ -11,12 +11,12 @@ import json
 import logging
 import os
 import re
-import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
+from .. import dataset_files
 from ..records import MAX_INFERRED_CLASSES, inferred_class_names
 from ..scan import printable
 
@@ -48,23 +48,16 @@ def shown(text: object, limit: int = _SHOWN) -> str:
 
 
 def open_regular(path: str | Path) -> BinaryIO:
-    """`path` opened for reading when it is a regular file (a link to one too); a ValueError naming it
-    otherwise. Opened without blocking and checked on the open descriptor: a FIFO matched by
-    `*.parquet` would block open() forever, /dev/zero read forever. A name that is not UTF-8 opens
+    """`path` opened for reading when it is a regular file (a link to one too), through the one open of
+    a dataset's files (dataset_files.open_regular: a FIFO matched by `*.parquet` would block open()
+    forever, /dev/zero read forever); a ValueError naming it otherwise. A name that is not UTF-8 opens
     (pyarrow would refuse it: it is given the open file)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-                    else "a socket" if stat.S_ISSOCK(mode) else "a device")
-            raise ValueError(f"{shown(path, 300)}: not a regular file ({kind}) but named like a Parquet file; "
-                             "move it out of the folder or out of the pattern")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+        fd = dataset_files.open_regular(os.fsdecode(path), what="Parquet file",
+                                        fix="move it out of the folder or out of the pattern")
+    except dataset_files.BadDatasetFile as exc:
+        raise ValueError(f"{shown(path, 300)} {exc.reason}") from None
+    return os.fdopen(fd, "rb")
 
 
 @contextmanager

@@ -118,7 +118,7 @@ def parse_idx(text: str, *, where: str = "index", shard_bytes: int | None = None
     lines = text.splitlines()
     head = lines[0].split() if lines else []
     if not head or head[0] != IDX_VERSION:
-        raise ValueError(f"{where}: not a DALI {IDX_VERSION} index (first line {lines[:1]!r})")
+        raise ValueError(f"{where}: not a DALI {IDX_VERSION} index (first line {quoted(lines[0] if lines else '')})")
     if len(head) > 1 and head[1] != str(len(lines) - 1):
         raise ValueError(f"{where}: claims {head[1][:20]} samples but lists {len(lines) - 1}; the index is "
                          "damaged (delete it: the shard is then indexed from its headers)")

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .. import field_text
+from ..dataset_files import index_limit, read_dataset_file
 from ..names import check_name
 from ..errors import quoted, shortened, summary
 from ..records import FIELD_NAMES, MAX_INFERRED_CLASSES, Fields, Record, Sample, inferred_class_names, multi_labels
@@ -99,8 +100,10 @@ def _components(shard: str) -> list[list[Component]]:
     members share an extension is left out with a warning naming both (tar.distinct_members)."""
     idx = Path(shard[: -len(".tar")] + ".idx") if shard.endswith(".tar") else None
     if idx is not None and idx.is_file():
+        blob = read_dataset_file(str(idx), limit=index_limit(os.path.getsize(shard)), what="DALI index",
+                                 links_out=True)  # a 300 MB sparse .idx cost GBs read whole
         try:
-            text = idx.read_bytes().decode("ascii")
+            text = (blob or b"").decode("ascii")
         except UnicodeDecodeError as exc:
             raise ValueError(f"{idx}: byte {exc.start} is not ASCII; not a DALI index (delete it: the shard is "
                              "then indexed from its headers)") from None

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..dataset_files import index_limit
 from ..records import SplitInfo
 from ..storage import Location
 from .tar import BLOCK, END_OF_ARCHIVE, IDX_VERSION, sample_starts_from_headers
@@ -168,9 +169,22 @@ def load_offsets(location: Location, split: str, info: SplitInfo) -> np.ndarray:
                 return np.zeros(0, np.int64)
             return np.memmap(fh, dtype="<i8", mode="r", offset=start, shape=(samples,))  # mmap holds its own fd
     shards = info.shards
-    parts = [sample_starts(location.read_bytes(idx_name(s["name"])).decode("ascii", "replace"),
+    parts = [sample_starts(location.read_bytes(idx_name(s["name"]), limit=index_limit(_shard_bytes(location, s)),
+                                               what="DALI index").decode("ascii", "replace"),
                            location.describe(idx_name(s["name"]))) for s in shards]
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _shard_bytes(location: Location, shard: dict[str, Any]) -> int:
+    """A shard's size as the manifest says it, and no more than its local file's (a crafted manifest's
+    claim must not lift the bound on its index's read)."""
+    claimed = int(shard.get("bytes") or 0)
+    if location.remote:
+        return claimed
+    try:
+        return min(claimed, location.file(shard["name"]).stat().st_size)
+    except OSError:
+        return 0
 
 
 def write_offsets(folder: Path, split: str, shards: list[dict[str, Any]]) -> dict[str, Any]:

@@ -40,8 +40,15 @@ class Location:
         """The local path of `name` (checked)."""
         return self.root / self.checked(name)
 
-    def read_bytes(self, name: str) -> bytes:
-        return self.file(name).read_bytes()
+    def read_bytes(self, name: str, *, limit: int, what: str) -> bytes:
+        """The bytes of the dataset's file `name` (a `what`), at most `limit` of them: a regular file
+        (links allowed), read through the one reader of a dataset's files (datapipe.dataset_files)."""
+        from ..dataset_files import read_dataset_file
+
+        data = read_dataset_file(str(self.file(name)), limit=limit, what=what, links_out=True)
+        if data is None:
+            raise FileNotFoundError(f"{self.describe(name)} does not exist")
+        return data
 
     def open(self, name: str, *, size: int | None = None, sha256: str | None = None) -> int:
         """A read-only file descriptor of `name`; the caller closes it."""
@@ -65,8 +72,8 @@ class RemoteLocation(Location):
     def describe(self, name: str = "") -> str:
         return self.store.describe(name)
 
-    def read_bytes(self, name: str) -> bytes:
-        return self.store.read(self.checked(name))
+    def read_bytes(self, name: str, *, limit: int, what: str) -> bytes:
+        return self.store.read(self.checked(name), limit=limit, what=what)
 
     def open(self, name: str, *, size: int | None = None, sha256: str | None = None) -> int:
         """A descriptor of the cached copy (downloaded first if need be), pinned until closed."""

@@ -212,10 +212,19 @@ class RemoteStore:
                                 f"{self.retry.budget_s:g} s ({redact(first)}); check the network "
                                 "and the endpoint (AWS_ENDPOINT_URL)")
 
-    def read(self, name: str) -> bytes:
+    def read(self, name: str, *, limit: int | None = None, what: str = "file") -> bytes:
+        """The object's bytes; with `limit`, refused (dataset_files.BadDatasetFile) past that many,
+        by its listed size before anything is fetched, and by what arrived."""
         import obstore
 
-        return bytes(self._call(name, lambda s, n: obstore.get(s, n).bytes()))
+        from ..dataset_files import too_big
+
+        if limit is not None and (size := self.size(name)) is not None and size > limit:
+            raise too_big(self.describe(name), size, limit, what)
+        data = bytes(self._call(name, lambda s, n: obstore.get(s, n).bytes()))
+        if limit is not None and len(data) > limit:  # replaced by a bigger object since its size was asked
+            raise too_big(self.describe(name), len(data), limit, what)
+        return data
 
     def size(self, name: str) -> int | None:
         """The object's size, None when there is none."""

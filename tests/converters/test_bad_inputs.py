@@ -204,5 +204,5 @@ def test_a_fifo_or_a_device_named_like_an_image_is_skipped_not_read(request, sou
     done = run_datapipe(["convert", str(source), str(dst), "--workers", "2", *OPTIONS])
     assert done.returncode == 0, done.stderr
     assert skipped(dst)["train/cat/pipe.jpg"] == "not a regular file (a FIFO)"
-    assert skipped(dst)["train/dog/zeros.jpg"] == "not a regular file (a device)"
+    assert skipped(dst)["train/dog/zeros.jpg"] == "not a regular file (a character device)"
     assert by_key(dst) == by_key(request.getfixturevalue(PACKED[suffix]))
