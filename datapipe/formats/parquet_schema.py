@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from .. import dataset_files
+from ..errors import summary
 from ..records import MAX_INFERRED_CLASSES, inferred_class_names
 from ..scan import printable
 
@@ -220,7 +221,14 @@ def _classes(path: Path, features: dict[str, Any], label: str | None, multi: str
                          f"{shown(repr(multi))} name different classes ({_first_difference(names, multi_names)}); "
                          "one list of classes serves both: drop one of the columns, or give them the same ClassLabel "
                          "names")
-    return names if names is not None else multi_names
+    names = names if names is not None else multi_names
+    if names is not None and len(set(names)) != len(names):
+        seen: set[str] = set()
+        twice = [n for n in names if n in seen or seen.add(n)]  # type: ignore[func-returns-value]
+        twice_said = summary(twice, "name given twice", "names given twice")
+        raise ValueError(f"{shown(path, 300)}: its ClassLabel names are not unique ({twice_said}); a label must "
+                         "name one class: fix the dataset's features")
+    return names
 
 
 def read_hub_file(path: Path) -> HubFile:

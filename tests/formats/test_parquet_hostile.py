@@ -205,3 +205,12 @@ def test_a_fifo_folder_or_device_matched_by_the_pattern_is_one_line_naming_it(tm
     said = {"a device": "a character device"}.get(kind, kind)  # durable.file_kind's words
     assert isinstance(error, ValueError) and re.match(rf"{re.escape(str(odd))} is {said}, not a regular file",
                                                       str(error)), error
+
+
+def test_classlabel_names_given_twice_are_one_line_naming_the_file_in_place_and_converted(tmp_path, data):
+    pq.write_table(hub_table(ROWS, names=["dog", "cat", "dog"]), data / TRAIN)
+    said = rf"{re.escape(str(data / TRAIN))}: its ClassLabel names are not unique \(1 name given twice: 'dog'\)"
+    with pytest.raises(ValueError, match=said):
+        open_dataset(str(data / "*.parquet"))
+    with pytest.raises(ValueError, match=said):
+        convert(data, tmp_path / "out.lmdb", ConvertOptions(**OPTIONS))
