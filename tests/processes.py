@@ -49,6 +49,10 @@ def holding(code: str, *args: str, cwd=None) -> Iterator[subprocess.Popen]:
     proc = subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True, cwd=cwd)
     try:
+        import select
+
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready, "the holding process said nothing in 60 s"
         assert proc.stdout.readline().strip() == "held"
         yield proc
     finally:

@@ -74,6 +74,7 @@ def test_a_dali_pool_that_sees_the_death_late_fails_the_next_epoch_at_once(packe
     pipeline: closed first, the pool took it for a clean close and notified the dead worker, and
     the next epoch hung (#38). The loader now waits for the pool to stop before it drops it."""
     out = report("idle", "dali", packed_lmdb, tmp_path, "late-observer", deadline=60)
+    assert out["late_observer"] >= 1, "DALI's observer thread was not found by its name: nothing was delayed"
     assert out["first"]["error"] is None
     second = out["second"]
     assert second["error"] == "WorkerDied" and second["expected"], second

@@ -137,6 +137,9 @@ def kill(backend: str, data: str, folder: Path) -> dict:
     return {"first": first, "again": epoch(loader), "records": len(loader.dataset)}
 
 
+LATE = []  # the delays late_pool_observer made: the report says the injection fired
+
+
 def late_pool_observer(delay_s: float) -> None:
     """DALI's pool observer thread reacts to a worker's exit `delay_s` late, as under load when it is
     not scheduled for a while: a pool close that comes meanwhile is seen together with the death."""
@@ -149,6 +152,7 @@ def late_pool_observer(delay_s: float) -> None:
         observer = threading.current_thread().name.endswith("(_observer_thread)")
         if observer and any(isinstance(r, int) for r in ready):  # a worker's sentinel, not the close's pipe
             time.sleep(delay_s)
+            LATE.append(delay_s)
             ready = wait(objects, 0)
         return ready
 
@@ -177,7 +181,8 @@ def idle(backend: str, data: str, folder: Path, late_observer: bool = False) -> 
     os.kill(victim, signal.SIGKILL)
     wait_dead(victim)  # dead (a zombie its parent has not reaped, or gone) before the next epoch starts
     second = epoch(loader)
-    return {"first": first, "second": second, "third": epoch(loader), "records": len(loader.dataset)}
+    return {"first": first, "second": second, "third": epoch(loader), "records": len(loader.dataset),
+            "late_observer": len(LATE)}
 
 
 def cli(backend: str, data: str, folder: Path) -> int:
