@@ -22,31 +22,15 @@ import tempfile
 import time
 import tracemalloc
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "fixtures"
-CPU_SECONDS = 1.0  # a hang: more CPU time than this on one input (CPU, not wall: the cores are shared)
+from fuzz import parquet_target, sidecars_target
+from fuzz.contract import FIXTURES, ROOT, Finding, Target, timed  # noqa: F401 (ROOT: for fuzz/run.py, tests)
+
 REGION_PIXELS = 1 << 22  # the region target decodes at most this many pixels per input
-
-
-class Finding(AssertionError):
-    """A broken contract that raised nothing: a hang, an allocation past the bound, a wrong answer."""
-
-
-@dataclass(frozen=True)
-class Target:
-    name: str
-    check: Callable[[bytes], None]
-    seeds: Callable[[], list[bytes]]
-    instrument: tuple[str, ...]  # the modules atheris instruments for coverage
-    memory: tuple[int, int] | None = None  # (per input byte, constant): tracemalloc peak bound
-    guide: Callable[[bytes], object] | None = None  # pure Python run first, for coverage feedback only
 
 
 # --- seeds ------------------------------------------------------------------------------------
@@ -125,12 +109,6 @@ def region_seeds() -> list[bytes]:
 
 # --- oracles ----------------------------------------------------------------------------------
 
-def _timed(name: str, start: float) -> None:
-    spent = time.process_time() - start
-    if spent > CPU_SECONDS:
-        raise Finding(f"{name}: {spent:.2f} s of CPU on one input (a hang)")
-
-
 def pillow_verdict(data: bytes, whole: bool = True) -> bool:
     """Whether Pillow decodes the stream at 1/8 scale, entropy data and all: handed it whole (the
     validation's decode, datapipe.decode._decode_for_validation, the verdict the skeleton must keep),
@@ -159,7 +137,7 @@ def check_jpeg_markers(data: bytes) -> None:
 
     start = time.process_time()
     kept = skeleton(data)
-    _timed("skeleton", start)
+    timed("skeleton", start)
     if kept is None:
         return
     if not (kept.startswith(b"\xff\xd8") and kept.endswith(b"\xff\xd9") and len(kept) <= len(data)):
@@ -237,7 +215,7 @@ def check_jpeg_region(data: bytes) -> None:
         ext.decode_region(data[5:], denom, left, top, width, height, buf[:size])
     except ValueError:
         pass
-    _timed("decode_region", start)
+    timed("decode_region", start)
     if not np.array_equal(buf[size:], _CANARY):
         first = int(np.argmax(buf[size:] != _CANARY))
         raise Finding(f"decode_region{(denom, left, top, width, height)} wrote {first}+ bytes past its buffer")
@@ -270,7 +248,7 @@ def check_tar(data: bytes) -> None:
         scan_tar(str(path))
     except ValueError:
         pass
-    _timed("tar", start)
+    timed("tar", start)
 
 
 def check_idx(data: bytes) -> None:
@@ -285,7 +263,7 @@ def check_idx(data: bytes) -> None:
             parse(data.decode("ascii"))
         except ValueError:
             pass
-    _timed("idx", start)
+    timed("idx", start)
 
 
 def check_manifest(data: bytes) -> None:
@@ -311,7 +289,7 @@ def check_manifest(data: bytes) -> None:
                 ds.record(i)
         except (ValueError, OSError):
             pass
-    _timed("manifest", start)
+    timed("manifest", start)
 
 
 def _region_guide(data: bytes) -> object:
@@ -329,6 +307,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("idx", check_idx, idx_seeds, ("datapipe.formats.tar", "datapipe.formats.wds"), memory=(64, 1 << 20)),
     Target("manifest", check_manifest, manifest_seeds, ("datapipe.records", "datapipe.formats.wds",
                                                         "datapipe.formats.tar", "json"), memory=(64, 4 << 20)),
+    parquet_target.TARGET, sidecars_target.TARGET,
 )}
 
 
@@ -381,206 +360,3 @@ def mutate(data: bytes, others: list[bytes], rng: random.Random, keep: int = 0) 
 
 
 PARAM_BYTES = {"jpeg_region": 5}  # a target's input prefix that is parameters, not data
-
-
-# --- parquet: the Hub-layout Parquet reader (datapipe.formats.parquet) and its converter's plan ----------
-
-PARQUET_MEMORY = 256 << 20  # bytes of peak RSS growth allowed per input (+ 64 a byte of input): the inferred
-# class list at its cap (records.MAX_INFERRED_CLASSES: 10^6 names, ~63 MB) fits; pyarrow's buffers count too
-_PARQUET_DIR: Path | None = None
-
-
-def parquet_seeds() -> list[bytes]:
-    """Small Hub-layout files: ClassLabel names and Image structs (uncompressed, plain: a mutation
-    lands in the values), no metadata with a uint8 label and a caption that is not UTF-8, and a
-    Sequence(ClassLabel) list column with captions (snappy, dictionary-encoded)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-    images = [{"bytes": f"img{i}".encode(), "path": f"{i}.jpg"} for i in range(6)]
-    hub = {"image": {"_type": "Image"}, "label": {"_type": "ClassLabel", "names": ["dog", "cat", "fish"]},
-           "tags": {"_type": "Sequence", "feature": {"_type": "ClassLabel", "names": ["a", "b", "c", "d"]}}}
-    meta = {b"huggingface": json.dumps({"info": {"features": hub}}).encode()}
-    tables = [
-        (pa.table({"image": pa.array(images, image), "label": pa.array([0, 1, 2, 0, -1, None], pa.int64())},
-                  schema=pa.schema([("image", image), ("label", pa.int64())], metadata=meta)),
-         dict(compression="none", use_dictionary=False, row_group_size=3)),
-        (pa.table({"image": pa.array([f"img{i}".encode() for i in range(4)], pa.binary()),
-                   "label": pa.array([3, None, 0, 250], pa.uint8()),
-                   "caption": pa.array([b"one", b"\xff two", None, b"four"], pa.binary()).view(pa.string())}),
-         dict(compression="none", row_group_size=2)),
-        (pa.table({"image": pa.array(images, image), "caption": pa.array([f"c {i}" for i in range(6)]),
-                   "tags": pa.array([[0, 1], [], None, [3], [2, 9], [1]], pa.list_(pa.int64()))},
-                  schema=pa.schema([("image", image), ("caption", pa.string()), ("tags", pa.list_(pa.int64()))],
-                                   metadata=meta)),
-         dict(compression="snappy", row_group_size=4)),
-    ]
-    out = []
-    for table, options in tables:
-        buf = io.BytesIO()
-        pq.write_table(table, buf, **options)
-        out.append(buf.getvalue())
-    return out
-
-
-def _peak_rss() -> int | None:
-    """This process's peak resident memory in bytes since the last _reset_peak_rss (None: not on Linux)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmHWM:"))
-    except (OSError, StopIteration, ValueError):
-        return None
-
-
-def _reset_peak_rss() -> int | None:
-    """Reset the peak (Linux: clear_refs 5) and return the resident memory now; None where that fails."""
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
-            fh.write("5")
-    except OSError:
-        return None
-    return _peak_rss()
-
-
-def check_parquet(data: bytes) -> None:
-    """The input as `train-00000-of-00001.parquet`: opened in place (ParquetDataset: footer, column
-    types, classes) and its first records read, then planned for conversion (converters.parquet:
-    every row's label, caption and ids) and its first rows' images read as a worker does. Opening
-    and planning raise ValueError (the one-line errors) or succeed; a record raises ValueError (a
-    bad record), OSError or a pyarrow error (a row group that cannot be read: the loader's on_error
-    serves around it); a worker's row read, BadImageError. In time (CPU), and within PARQUET_MEMORY
-    of peak RSS (pyarrow's buffers are outside tracemalloc's view)."""
-    import pyarrow as pa
-
-    from converters.inputs import open_input
-    from converters.parquet import scan_parquet
-    from datapipe.formats.parquet import ParquetDataset
-    from datapipe.headers import BadImageError
-
-    global _PARQUET_DIR
-    if _PARQUET_DIR is None:
-        _PARQUET_DIR = Path(tempfile.mkdtemp(prefix="datapipe-fuzz-parquet-"))
-        atexit.register(shutil.rmtree, _PARQUET_DIR, True)
-    path = _PARQUET_DIR / "train-00000-of-00001.parquet"
-    path.write_bytes(data)
-    base, start = _reset_peak_rss(), time.process_time()
-    try:
-        ds = ParquetDataset(str(path))
-    except ValueError:
-        ds = None
-    for i in range(min(len(ds), 8) if ds is not None else 0):
-        try:
-            ds.record(i)
-        except (ValueError, OSError, pa.ArrowException):
-            pass
-    try:
-        layout = scan_parquet(path)
-    except ValueError:
-        layout = None
-    for file in (layout.splits.get("train", [])[:8] if layout is not None else ()):
-        try:
-            with open_input(file.path) as fh:
-                fh.read()
-        except BadImageError:
-            pass
-    _timed("parquet", start)
-    peak = _peak_rss()
-    if base is not None and peak is not None and peak - base > PARQUET_MEMORY + 64 * len(data):
-        raise Finding(f"parquet: peak RSS grew {(peak - base) >> 20} MiB for a {len(data)}-byte input")
-
-
-TARGETS["parquet"] = Target("parquet", check_parquet, parquet_seeds, (
-    "datapipe.formats.parquet", "datapipe.formats.parquet_schema", "converters.parquet"))
-
-
-# --- sidecars: an image folder's NAME.txt / NAME.json, read by the scan (#38 row 3) ----------------
-# Self-contained: its seeds, check and registration. An input is one flag byte, then the caption's
-# bytes, "\n--\n", the metadata's bytes. Flag bits: 1 writes NAME.txt, 2 NAME.json, 4 makes NAME.txt
-# a link to a file outside the dataset, 8 makes NAME.json a FIFO, 16 makes NAME.txt a link to
-# /dev/zero, 32 makes NAME.txt a link inside the dataset.
-
-SIDECAR_SECRET = b"not a caption: a file outside the dataset"
-_SIDECAR_DIR: Path | None = None
-
-
-def _sidecar_dir() -> Path:
-    """tmp/outside (the file links point out to) and tmp/ds/c/x.jpg (the image; its bytes are never
-    decoded by the scan), made once per process."""
-    global _SIDECAR_DIR
-    if _SIDECAR_DIR is None:
-        _SIDECAR_DIR = Path(tempfile.mkdtemp(prefix="datapipe-fuzz-sidecars-"))
-        atexit.register(shutil.rmtree, _SIDECAR_DIR, True)
-        (_SIDECAR_DIR / "outside").write_bytes(SIDECAR_SECRET)
-        (_SIDECAR_DIR / "ds" / "c").mkdir(parents=True)
-        (_SIDECAR_DIR / "ds" / "c" / "x.jpg").write_bytes(b"\xff\xd8\xff\xd9")
-    return _SIDECAR_DIR
-
-
-def sidecar_seeds() -> list[bytes]:
-    meta = json.dumps({"url": "http://x.example/é.jpg", "tags": ["a", None], "w": 1.5}).encode()
-    bodies = (b"a caption\n--\n" + meta, "caf\u00e9 au lait\r\n--\n{}".encode(), b"caf\xe9\n--\n[1, 2]",
-              b"\n--\n" + b"[" * 3000 + b"]" * 3000, b"x" * 300 + b"\n--\n{\"a\": 1e999}")
-    return [bytes([flags]) + body for flags in (1, 2, 3, 5, 11, 17, 33, 35) for body in bodies]
-
-
-def _plant_sidecars(data: bytes) -> tuple[Path, int]:
-    """The folder with x.txt / x.json as the input says; (its root, the flag byte)."""
-    import os
-
-    tmp = _sidecar_dir()
-    flags, (text, _, meta) = (data[0] if data else 0), data[1:].partition(b"\n--\n")
-    folder = tmp / "ds" / "c"
-    for name in ("x.txt", "x.json", "inside.txt"):
-        (folder / name).unlink(missing_ok=True)
-    (folder / "inside.txt").write_bytes(text)
-    if flags & 1:
-        txt = folder / "x.txt"
-        if flags & 4:
-            txt.symlink_to(tmp / "outside")
-        elif flags & 16:
-            txt.symlink_to("/dev/zero")
-        elif flags & 32:
-            txt.symlink_to("inside.txt")
-        else:
-            txt.write_bytes(text)
-    if flags & 2:
-        os.mkfifo(folder / "x.json") if flags & 8 else (folder / "x.json").write_bytes(meta)
-    return tmp / "ds", flags
-
-
-def check_sidecars(data: bytes) -> None:
-    """scan_folder over one image and its sidecars: the image is in the split with the fields
-    field_text makes of the bytes, or skipped with a one-line reason naming its sidecar; a link out
-    of the dataset, /dev/zero or a FIFO is always skipped (never read, never blocking); nothing else
-    raised, in time, within the memory bound."""
-    import re
-
-    from datapipe import field_text
-    from datapipe.records import Fields
-    from datapipe.scan import scan_folder
-
-    root, flags = _plant_sidecars(data)
-    start = time.process_time()
-    layout = scan_folder(root)
-    _timed("sidecars", start)
-    files, skipped = layout.splits["train"], layout.skipped["train"]
-    if skipped:
-        reason = skipped[0]["reason"]
-        named = re.match(r"(caption |metadata )?c/x\.(txt|json) ", reason)
-        if len(skipped) != 1 or files or "\n" in reason or not named:
-            raise Finding(f"the bad sidecar's skip is not one line naming it: {skipped!r:.300}")
-        return
-    if flags & 1 and flags & 20 or flags & 2 and flags & 8:
-        raise Finding(f"a sidecar linking out of the dataset or to a FIFO was read (flags {flags})")
-    text, _, meta = data[1:].partition(b"\n--\n")
-    want = Fields(field_text.caption(text, "t", strip_newline=True) if flags & 1 else None,
-                  field_text.metadata(meta, "m") if flags & 2 else None)
-    got = files[0].fields
-    if (got.text, got.meta) != (want.text, want.meta):
-        raise Finding(f"fields {got!r:.200} read from sidecars that make {want!r:.200}")
-
-
-TARGETS["sidecars"] = Target("sidecars", check_sidecars, sidecar_seeds,
-                             ("datapipe.scan", "datapipe.dataset_files", "datapipe.field_text", "json"),
-                             memory=(64, 4 << 20))
