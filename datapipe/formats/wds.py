@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..durable import open_own
 from ..errors import summary
 from ..headers import image_ext
 from ..records import MANIFEST_NAME, Manifest, Record
@@ -146,7 +147,9 @@ class ShardFile:
         self.name = shard_name(split, number)
         self.number = number
         self.path = folder / self.name
-        self.file = open(self.path, "r+b" if offset else "wb")
+        # never through a link planted in a resumed staging folder (durable.open_own: O_NOFOLLOW)
+        flags = os.O_RDWR if offset else os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        self.file = os.fdopen(open_own(self.path, flags, what="shard"), "r+b" if offset else "wb")
         self.file.truncate(offset)
         self.digest = hashlib.sha256()
         if offset:  # a resumed shard: its kept bytes
@@ -192,7 +195,8 @@ class ShardFile:
         self.file.close()
         idx = self.path.with_name(idx_name(self.name))
         tmp = idx.with_name(idx.name + ".tmp")  # renamed into place: an .idx that exists is whole, and so is its shard
-        tmp.write_text(f"{IDX_VERSION} {len(self.lines)}\n" + "".join(f"{l}\n" for l in self.lines), encoding="ascii")
+        with os.fdopen(open_own(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, what="index"), "w", encoding="ascii") as fh:
+            fh.write(f"{IDX_VERSION} {len(self.lines)}\n" + "".join(f"{l}\n" for l in self.lines))
         os.replace(tmp, idx)
         return {"name": self.name, "samples": len(self.lines), "bytes": self.path.stat().st_size,
                 "sha256": self.digest.hexdigest()}

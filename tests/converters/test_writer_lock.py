@@ -131,3 +131,17 @@ def test_a_link_planted_in_a_resumed_staging_folder_is_not_appended_through(tmp_
     with pytest.raises(NotOwnFile, match=rf"{SOURCES_NAME} is a symbolic link, not a plain file: .* remove it"):
         SourceLog(tmp_path, 0)
     assert victim.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("offset", [0, 5])
+def test_a_link_planted_at_a_shard_of_a_resumed_wds_staging_folder_is_not_written_through(tmp_path, offset):
+    """A .wds shard (new, or resumed at `offset`) and its .idx are opened through durable.open_own."""
+    from datapipe.durable import NotOwnFile
+    from datapipe.formats.wds import ShardFile, shard_name
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / shard_name("train", 0)).symlink_to(victim)
+    with pytest.raises(NotOwnFile, match=r"is a symbolic link, not a plain file: .* remove it"):
+        ShardFile(tmp_path, "train", 0, offset=offset)
+    assert victim.read_text() == "keep me"
