@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..dataset_files import index_limit
+from ..durable import atomic_write
 from ..records import SplitInfo
 from ..storage import Location
 from .tar import BLOCK, END_OF_ARCHIVE, IDX_VERSION, sample_starts_from_headers
@@ -192,7 +193,8 @@ def write_offsets(folder: Path, split: str, shards: list[dict[str, Any]]) -> dic
     returns its manifest entry (name, bytes, sha256)."""
     parts = [sample_starts((folder / idx_name(s["name"])).read_text(encoding="ascii")) for s in shards]
     name, blob = offsets_file(split, parts)
-    (folder / name).write_bytes(blob)
+    with atomic_write(folder / name, needs=len(blob)) as fh:  # never through a link planted there
+        fh.write(blob)
     return {"name": name, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
 
 
