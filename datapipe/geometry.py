@@ -1,7 +1,8 @@
-"""The two views every backend produces, as arithmetic on image sizes: no pixels, no decoders.
+"""The two views every backend produces, as arithmetic on image sizes: no pixels, no decoders, no
+random draws (the planner, datapipe.augment.plan, draws the train view's crop box and flip).
 
-train: RandomResizedCrop(size, scale=(0.08, 1), ratio=(3/4, 4/3)) + horizontal flip (p=0.5), with
-torchvision's sampling rule. eval: shorter side resized to size / 0.875, centre crop of size. The
+train: a crop box (RandomResizedCrop's, scale=(0.08, 1), ratio=(3/4, 4/3) by default) resized to
+size x size, mirrored or not. eval: shorter side resized to size / 0.875, centre crop of size. The
 box is in the decoded image's pixels; resizing the box to size x size is the whole transform.
 
 The CPU decode stack (datapipe.transforms) and DALI's source workers share this module, so it imports
@@ -10,7 +11,6 @@ nothing but the standard library: DALI's spawned workers stay free of Pillow, nu
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass
 
 EVAL_CROP_RATIO = 0.875
@@ -57,33 +57,6 @@ class ViewGeometry:
     interpolation: str = "bilinear"  # of the resize: bilinear or bicubic (antialiased)
 
 
-def random_resized_crop(width: int, height: int, rng: random.Random, scale: tuple[float, float] = SCALE,
-                        ratio: tuple[float, float] = RATIO, hflip: float = 0.5) -> Crop:
-    """torchvision's RandomResizedCrop sampling: 10 tries of (area, log-ratio), then a centre fallback;
-    then the horizontal flip, drawn with probability `hflip` (one draw whatever its value)."""
-    area = width * height
-    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
-    for _ in range(10):
-        target = area * rng.uniform(*scale)
-        aspect = math.exp(rng.uniform(*log_ratio))
-        w, h = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
-        if 0 < w <= width and 0 < h <= height:
-            return Crop(rng.randint(0, width - w), rng.randint(0, height - h), w, h, rng.random() < hflip)
-    in_ratio = width / height
-    if in_ratio < ratio[0]:
-        w, h = width, round(width / ratio[0])
-    elif in_ratio > ratio[1]:
-        w, h = round(height * ratio[1]), height
-    else:
-        w, h = width, height
-    return Crop((width - w) // 2, (height - h) // 2, w, h, rng.random() < hflip)
-
-
-def sample_rng(seed: int, epoch: int, index: int) -> random.Random:
-    """The augmentation randomness of one record in one epoch: independent of worker and batch."""
-    return random.Random((seed * 1_000_003 + epoch) * 4_294_967_296 + index)
-
-
 def eval_resize(size: int, crop_pct: float = EVAL_CROP_RATIO) -> int:
     """The shorter side before the eval centre crop, floor(size / crop_pct) as timm: 256 for 224 at
     0.875 (torchvision's recipe), 232 at 224/232 (its V2 recipe)."""
@@ -99,34 +72,16 @@ def center_window(width: int, height: int, size: int, crop_pct: float = EVAL_CRO
     return nw, nh, int(round((nw - size) / 2)), int(round((nh - size) / 2))
 
 
-def view_of(width: int, height: int, size: int, *, train: bool, rng: random.Random | None = None,
-            recipe=None) -> ViewGeometry:
-    """The view of a width x height (upright) image with this rng and recipe (datapipe.augment.Recipe,
-    None: the default): the train view's random crop box (torchvision's RandomResizedCrop rule), flip
-    and interpolation, or the eval view's resize and centre window."""
-    crop, interpolation = plan_view(recipe, width, height, size, train=train, rng=rng or random.Random(0))
+def view_of(plan, width: int, height: int) -> ViewGeometry:
+    """A record's planned view (datapipe.augment.plan.SamplePlan) of a width x height (upright) image
+    as a decoder with a region of interest performs it: the train view's crop box resized to the
+    output, or the eval view's resize and centre window."""
+    size, crop = plan.size, plan.crop
     if crop is not None:
         box = (int(crop.left), int(crop.top), int(crop.width), int(crop.height))
-        return ViewGeometry(box, (size, size), (0, 0), crop.flip, interpolation)
-    nw, nh, left, top = center_window(width, height, size, crop_pct_of(recipe))
-    return ViewGeometry((0, 0, width, height), (nw, nh), (left, top), False, interpolation)
-
-
-def plan_view(recipe, width: int, height: int, size: int, *, train: bool,
-              rng: random.Random) -> tuple[Crop | None, str]:
-    """The first draws of a record's plan (datapipe.augment.plan): the train view's crop box and
-    horizontal flip (the recipe's scale, ratio, hflip), then its interpolation (one draw, only when
-    the recipe's is "random"); the eval view has no crop box and the recipe's eval_interpolation.
-    `recipe` is a datapipe.augment.Recipe or None (the default recipe)."""
-    if not train:
-        return None, "bilinear" if recipe is None else recipe.eval_interpolation
-    if recipe is None:
-        return random_resized_crop(width, height, rng), "bilinear"
-    crop = random_resized_crop(width, height, rng, recipe.scale, recipe.ratio, recipe.hflip)
-    interpolation = recipe.interpolation
-    if interpolation == "random":  # timm's RandomResizedCropAndInterpolation: bilinear or bicubic
-        interpolation = ("bilinear", "bicubic")[rng.random() < 0.5]
-    return crop, interpolation
+        return ViewGeometry(box, (size, size), (0, 0), crop.flip, plan.interpolation)
+    nw, nh, left, top = center_window(width, height, size, plan.crop_pct)
+    return ViewGeometry((0, 0, width, height), (nw, nh), (left, top), False, plan.interpolation)
 
 
 def crop_pct_of(recipe) -> float:

@@ -1,13 +1,10 @@
-"""An encoded image's layout (stored size and EXIF orientation) and the view geometry that follows
-from it. The pure-Python header reader (datapipe.headers) answers for JPEGs and PNGs; Pillow and
+"""An encoded image's layout (stored size and EXIF orientation) and upright size, what its view is
+planned from. The pure-Python header reader (datapipe.headers) answers for JPEGs and PNGs; Pillow and
 simplejpeg are imported only where it is unsure, inside the functions, so DALI's source workers, which
 compute views and decode nothing, do not load them for ordinary files.
 """
 from __future__ import annotations
 
-import random
-
-from .geometry import ViewGeometry, view_of
 from .headers import Layout, header_layout
 from .orientation import upright_size
 
@@ -41,11 +38,3 @@ def image_dims(data: bytes) -> tuple[int, int]:
         return upright_size(*layout)
     from .decode import open_image, upright_image_size
     return upright_image_size(open_image(data))
-
-
-def view_geometry(data: bytes, size: int, *, train: bool, rng: random.Random | None = None,
-                  recipe=None) -> ViewGeometry:
-    """The geometry decode_view applies to `data` with this rng and recipe: the train view's random
-    crop box (torchvision's RandomResizedCrop rule), flip and interpolation, or the eval view's resize
-    and centre window."""
-    return view_of(*image_dims(data), size, train=train, rng=rng, recipe=recipe)

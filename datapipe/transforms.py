@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import math
 import os
-import random
 import threading
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import simplejpeg
@@ -16,8 +17,10 @@ import torch
 import torch.nn.functional as F
 
 from . import jpeg_region
+from .augment import plan as planner
+from .augment.plan import SamplePlan
 from .decode import exif_orientation, open_image, to_rgb, upright_image_size
-from .geometry import Crop, center_window, crop_pct_of, plan_view, scaled_box, view_factor
+from .geometry import Crop, center_window, scaled_box, view_factor
 from .headers import Layout
 from .layout import jpeg_layout
 from .orientation import orient, stored_box, upright_size
@@ -27,45 +30,63 @@ _jpeg_region = jpeg_region.load()  # None where it was not built or fails its pr
 _region_enabled = os.environ.get("DATAPIPE_REGION_DECODE", "1") != "0"
 
 
-def decode_view(data: bytes, size: int, *, train: bool, rng: random.Random | None = None, recipe=None) -> torch.Tensor:
-    """Decode and crop-resize to a 3 x size x size uint8 tensor (the one RGB rule of datapipe.decode).
-    `recipe` (datapipe.augment.Recipe, None: the default) sets the crop's scale, ratio and flip, the
-    interpolation and the eval crop_pct; the view's draws come first from `rng` (geometry.plan_view).
+@dataclass(frozen=True)
+class Encoded:
+    """An encoded image opened at its header: its upright width and height (what the planner needs)
+    and how it decodes: `layout` (stored width, height, EXIF orientation) for a JPEG libjpeg-turbo
+    decodes straight to the RGB rule, else the Pillow `image`, opened lazily."""
+
+    data: bytes
+    width: int
+    height: int
+    layout: Layout | None = None
+    image: Any = None
+
+
+def open_encoded(data: bytes) -> Encoded:
+    """`data`'s header read (libjpeg-turbo's, else Pillow's): an Encoded to plan and decode. Raises
+    for bytes no decoder opens."""
+    layout = jpeg_layout(data)
+    if layout:
+        return Encoded(data, *upright_size(layout[0], layout[1], layout[2]), layout=layout)
+    img = open_image(data)
+    return Encoded(data, *upright_image_size(img), image=img)
+
+
+def decode_view(encoded: Encoded, plan: SamplePlan) -> torch.Tensor:
+    """Decode and crop-resize to a 3 x size x size uint8 tensor (the one RGB rule of datapipe.decode),
+    as `plan` (datapipe.augment.plan.SamplePlan, drawn for this image's size) says: the train view's
+    crop box, flip and interpolation, or the eval view at the plan's crop_pct.
 
     A YCbCr or grayscale JPEG goes straight to libjpeg-turbo, at 1/2, 1/4 or 1/8 scale in the DCT
     domain when the view stays sharp, and its EXIF orientation is applied to the decoded pixels.
     For the train view only the crop box is decoded (datapipe._jpeg_region, where it was built);
     otherwise the whole image is (simplejpeg: the same pixels as Pillow, measured ~1.5x faster).
     A CMYK JPEG's train view goes to the region decoder too (Pillow's CMYK -> RGB, in C). Anything
-    else decodes through Pillow by the RGB rule (a CMYK JPEG at the same DCT scale).
+    else decodes through Pillow by the RGB rule (a CMYK JPEG at the same DCT scale). The eval view of
+    an image at least twice its resize target decodes at a DCT scale too (timm's decodes whole).
     Resizing uses torch's antialiased uint8 bilinear kernel (~1.7x faster than Pillow's). train:
     the crop box is resized; eval: torchvision's order, the whole image resized to shorter side
-    int(size / 0.875), then an integer-centred crop.
+    int(size / crop_pct), then an integer-centred crop.
 
     Errors follow Pillow, which validated the records at conversion: libjpeg's corrupt-data warnings
     are ignored (libjpeg decodes past them), so every accepted record decodes, in every epoch and
     whatever its crop. A stream without its end marker is decoded strictly: a truncated file fails.
     """
-    rng = rng or random.Random(0)
-    crop_pct = crop_pct_of(recipe)
-    layout = jpeg_layout(data)
-    if layout:
-        stored_width, stored_height, orientation = layout
-        width, height = upright_size(stored_width, stored_height, orientation)
-        crop, mode = plan_view(recipe, width, height, size, train=train, rng=rng)
-        factor = view_factor(crop, width, height, size, crop_pct)
+    data, crop, size, mode = encoded.data, plan.crop, plan.size, plan.interpolation
+    width, height = encoded.width, encoded.height
+    factor = view_factor(crop, width, height, size, plan.crop_pct)
+    if encoded.layout:
+        stored_width, stored_height, orientation = encoded.layout
         if crop and region_decoding(data):
-            return _decode_crop(data, crop, layout, factor, size, mode)
+            return _decode_crop(data, crop, encoded.layout, factor, size, mode)
         shrink = dict(min_width=math.ceil(stored_width / factor),
                       min_height=math.ceil(stored_height / factor)) if factor > 1 else {}
         pixels = simplejpeg.decode_jpeg(data, colorspace="RGB", buffer=_decode_buffer(stored_width * stored_height * 3),
                                         strict=not ends_with_eoi(data), **shrink)
         pixels = orient(pixels, orientation)
     else:
-        img = open_image(data)
-        width, height = upright_image_size(img)
-        crop, mode = plan_view(recipe, width, height, size, train=train, rng=rng)
-        factor = view_factor(crop, width, height, size, crop_pct)
+        img = encoded.image
         if crop and img.format == "JPEG" and img.mode == "CMYK" and region_decoding(data):
             return _decode_crop(data, crop, (img.width, img.height, exif_orientation(img)), factor, size, mode)
         if img.format == "JPEG" and factor > 1:  # CMYK: Pillow decodes at 1/factor too
@@ -73,7 +94,16 @@ def decode_view(data: bytes, size: int, *, train: bool, rng: random.Random | Non
         pixels = np.array(to_rgb(img))
     if crop:
         return resize_crop(pixels, crop, width, height, size, mode)
-    return resize_center(pixels, size, crop_pct, mode)
+    return resize_center(pixels, size, plan.crop_pct, mode)
+
+
+def plan_and_decode(data: bytes, recipe, seed: int, epoch: int, key: int, size: int, *,
+                    train: bool) -> tuple[torch.Tensor, SamplePlan]:
+    """Record `key`'s view in `epoch`: its header read, its plan drawn (the one planner call) and its
+    view decoded. The plan's ops are the caller's to apply (augment.cpu)."""
+    encoded = open_encoded(data)
+    plan = planner.plan_sample(recipe, seed, epoch, key, size, encoded.width, encoded.height, train=train)
+    return decode_view(encoded, plan), plan
 
 
 def region_decoder_available() -> bool:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from datapipe.geometry import (Crop, ViewGeometry, center_window, dct_factor, random_resized_crop, sample_rng,
-                               scaled_box, view_factor, view_of)
+from datapipe.augment.plan import plan_sample, random_resized_crop, sample_rng
+from datapipe.geometry import Crop, ViewGeometry, center_window, dct_factor, scaled_box, view_factor, view_of
 from tests.conftest import IMAGEFOLDER
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,8 +35,9 @@ def test_views_are_the_arithmetic_they_were_before_the_split():
     assert dct_factor(0.3) == 2
     assert scaled_box(Crop(10.5, 20, 300, 200, True), 640, 480, 160, 120) == (2, 5, 78, 55)
     train = ViewGeometry((19, 0, 31, 35), (32, 32), (0, 0), True)
-    assert view_of(60, 80, 32, train=True, rng=sample_rng(0, 1, 5)) == train
-    assert view_of(60, 80, 32, train=False) == ViewGeometry((0, 0, 60, 80), (36, 48), (2, 8), False)
+    assert view_of(plan_sample(None, 0, 1, 5, 32, 60, 80), 60, 80) == train
+    assert view_of(plan_sample(None, 0, 1, 5, 32, 60, 80, train=False), 60, 80) == ViewGeometry(
+        (0, 0, 60, 80), (36, 48), (2, 8), False)
 
 
 @pytest.mark.parametrize("module", ["geometry", "headers", "exif"])
@@ -65,18 +66,19 @@ def test_a_dali_source_worker_loads_no_pillow_while_it_computes_views():
 import json, sys
 import datapipe.backends.dali.source
 before = [m for m in {HEAVY!r} if m in sys.modules]
-from datapipe.geometry import sample_rng
-from datapipe.layout import view_geometry
+from datapipe.augment.plan import plan_sample
+from datapipe.geometry import view_of
+from datapipe.layout import image_dims
 views = {{}}
 for path in ({str(JPEG)!r}, {str(PNG)!r}):
-    data = open(path, "rb").read()
-    views[path] = [view_geometry(data, 32, train=train, rng=sample_rng(0, 1, 5)).__dict__ for train in (True, False)]
+    dims = image_dims(open(path, "rb").read())
+    views[path] = [view_of(plan_sample(None, 0, 1, 5, 32, *dims, train=train), *dims).__dict__ for train in (True, False)]
 print(json.dumps({{"before": before, "after": [m for m in {HEAVY!r} if m in sys.modules], "views": views}}))
 """
     result = _fresh_python(code)
     assert result["before"] == [] and result["after"] == [], result
     for path, upright in ((JPEG, (60, 80)), (PNG, (96, 72))):
-        expected = [view_of(*upright, 32, train=train, rng=sample_rng(0, 1, 5)) for train in (True, False)]
+        expected = [view_of(plan_sample(None, 0, 1, 5, 32, *upright, train=train), *upright) for train in (True, False)]
         assert result["views"][str(path)] == [json.loads(json.dumps(v.__dict__)) for v in expected]
 
 

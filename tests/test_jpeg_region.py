@@ -170,7 +170,7 @@ def region_off():
 
 
 def train_views(data: bytes, size: int) -> list[torch.Tensor]:
-    return [transforms.decode_view(data, size, train=True, rng=random.Random(seed)) for seed in range(20)]
+    return [transforms.plan_and_decode(data, None, seed, 0, 0, size, train=True)[0] for seed in range(20)]
 
 
 @needs_region
@@ -192,7 +192,7 @@ def test_truncated_jpeg_fails_even_when_the_crop_misses_the_lost_rows(cut, regio
     assert not transforms.region_decoding(data)  # no EOI: the whole-image decode reports it
     for seed in range(10):
         with pytest.raises(ValueError, match="Premature end"):
-            transforms.decode_view(data, 32, train=True, rng=random.Random(seed))
+            transforms.plan_and_decode(data, None, seed, 0, 0, 32, train=True)[0]
 
 
 @needs_region
@@ -250,8 +250,8 @@ def test_every_record_the_converter_accepts_decodes_in_every_view(region):
                 continue  # rejected at conversion: never in a packed dataset
             accepted += 1
             for seed in range(4):
-                transforms.decode_view(data, 64, train=True, rng=random.Random(seed))
-            transforms.decode_view(data, 64, train=False)
+                transforms.plan_and_decode(data, None, seed, 0, 0, 64, train=True)[0]
+            transforms.plan_and_decode(data, None, 0, 0, 0, 64, train=False)[0]
     finally:
         transforms.set_region_decoding(previous)
     assert accepted >= 40

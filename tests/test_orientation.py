@@ -1,7 +1,6 @@
 """Awkward images kept as their original bytes decode by the one RGB rule: EXIF orientation applied
 to the decoded (cropped) pixels, CMYK converted as Pillow does, at any DCT scale."""
 import io
-import random
 
 import numpy as np
 import pytest
@@ -58,7 +57,7 @@ def png_of_the_rule(data: bytes) -> bytes:
 
 
 def views(data: bytes, size: int, train: bool) -> list[torch.Tensor]:
-    return [transforms.decode_view(data, size, train=train, rng=random.Random(seed)) for seed in range(12)]
+    return [transforms.plan_and_decode(data, None, seed, 0, 0, size, train=train)[0] for seed in range(12)]
 
 
 @pytest.mark.parametrize("orientation", range(1, 9))

@@ -235,14 +235,13 @@ def load_datapipe(path: str, workers: int, epochs: int, backend: str = "dataload
 
 def ceiling(path: str, workers: int, epochs: int) -> dict:
     """The physical limit: one core's rate of the work no loader can skip (decode of the crop region
-    at the DCT scale used, resize to 224, flip: datapipe.transforms.decode_view, the region decoder
+    at the DCT scale used, resize to 224, flip: datapipe.transforms.plan_and_decode, the region decoder
     where built), on the records and crop boxes datapipe's row draws (seed 0, the same epochs),
     read into memory first; times `workers` cores."""
     import torch
 
     from datapipe.formats import open_dataset
-    from datapipe.geometry import sample_rng
-    from datapipe.transforms import decode_view
+    from datapipe.transforms import plan_and_decode
 
     torch.set_num_threads(1)
     dataset = open_dataset(path, "train")
@@ -250,7 +249,7 @@ def ceiling(path: str, workers: int, epochs: int) -> dict:
     started = time.monotonic()
     for epoch in range(1, epochs + 1):
         for index, data in enumerate(records):
-            decode_view(data, SIZE, train=True, rng=sample_rng(0, epoch, index))
+            plan_and_decode(data, None, 0, epoch, index, SIZE, train=True)
     ended = time.monotonic()
     one_core = len(records) * epochs / (ended - started)
     return {"images_per_s": one_core * workers, "one_core": one_core, "images": len(records) * epochs,

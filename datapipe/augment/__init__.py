@@ -2,7 +2,8 @@
 applied by every backend (cpu.py; the DALI graph), mixed on the output device (batch.py)."""
 from __future__ import annotations
 
-from .plan import SamplePlan, plan_erase, plan_sample
+from .batch_plan import plan_erase
+from .plan import SamplePlan, plan_sample
 from .recipe import PRESETS, Recipe, parse_auto_augment, resolve_recipe
 from .resolution import SizeRamp
 

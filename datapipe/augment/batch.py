@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .plan import MixPlan, erase_noise, plan_erase, plan_mix
+from .batch_plan import MixPlan, erase_noise, plan_erase, plan_mix
 from .recipe import Recipe
 
 

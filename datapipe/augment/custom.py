@@ -1,7 +1,7 @@
 """Your own transform, applied per record after the recipe's ops, in two forms.
 
-- Portable (`datapipe.Transform`): `draw(rng)` returns the record's parameters from the planner's
-  random.Random (so they depend on (seed, epoch, record) only), `apply(image, params)` applies them to
+- Portable (`datapipe.Transform`): `draw(rng)` returns the record's parameters from a random.Random
+  seeded by the record's plan (SamplePlan.transform_seed: they depend on (seed, epoch, record) only), `apply(image, params)` applies them to
   a uint8 3 x H x W tensor. Every CPU backend honours it with the same parameters.
 - Opaque: any callable on a uint8 3 x H x W tensor (a torchvision v2 or timm transform) that draws
   from Python's, NumPy's and torch's global generators. It is made deterministic per record by
@@ -49,11 +49,10 @@ def check_transform(transform: Any, backend: str, *, workers: int) -> None:
                          "sample): use backend='dataloader', or write it as a datapipe.Transform (draw + apply)")
 
 
-def apply_transform(transform: Any, image: torch.Tensor, rng: random.Random) -> torch.Tensor:
-    """`image` through the user's transform, its randomness from the record's planner stream."""
+def apply_transform(transform: Any, image: torch.Tensor, seed: int) -> torch.Tensor:
+    """`image` through the user's transform, its randomness from the record's plan (its transform_seed)."""
     if isinstance(transform, Transform):
-        return transform.apply(image, transform.draw(rng))
-    seed = rng.getrandbits(63)
+        return transform.apply(image, transform.draw(random.Random(seed)))
     py_state, np_state = random.getstate(), np.random.get_state()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

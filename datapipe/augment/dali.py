@@ -50,7 +50,7 @@ class OpLayout:
 
 
 def op_layout(recipe: Recipe | None) -> OpLayout:
-    """The op slots and kinds the planner can draw for `recipe` (plan.plan_ops' draw order): vflip,
+    """The op slots and kinds the planner can draw for `recipe` (plan.plan_sample's draw order): vflip,
     the auto-augment ops, the jitter's factors, grayscale. None or the default recipe: no slot."""
     if recipe is None:
         return OpLayout(0, ("identity",))

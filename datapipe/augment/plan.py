@@ -1,28 +1,25 @@
-"""The planner: every random choice of one record in one epoch, drawn in one place.
+"""The planner: every random choice of one record in one epoch, drawn in one call.
 
-(recipe, seed, epoch, record, image size, width, height) -> a SamplePlan: the crop box, flip and
-interpolation (datapipe.geometry.plan_view), then the pixel ops in the order they apply (vertical
-flip, the auto-augment ops with their final parameters, the colour jitter in its drawn order,
-grayscale). Erasing boxes are planned apart (plan_erase): they depend on the output size only, so
-the batch stage plans them from a batch's record indices. Every backend applies these plans, so a
-record gets the same augmentation whichever backend serves it; no backend draws its own numbers.
+plan_sample(recipe, seed, epoch, key, size, width, height) -> a SamplePlan, a flat frozen value: the
+view (crop box and flip, interpolation; or the eval view's centre crop), the pixel ops with their final
+parameters in the order they apply (vertical flip, the auto-augment ops, the colour jitter in its drawn
+order, grayscale) and the seed of the user's transform. Each backend makes this one call per record
+and hands the value to its decoder (datapipe.transforms, the DALI source's view columns) and its
+applier (augment.cpu, augment.dali): no backend draws a number, no random.Random leaves this module, so
+a record gets the same augmentation whichever backend, process or machine serves it.
 
-Mixup and cutmix are planned per batch (plan_mix): a lam and box per sample, keyed by (seed, epoch,
-the batch's position in the epoch, rank). Pure (random.Random streams keyed by (seed, epoch, record);
-NumPy's generator for the mixing's Beta draws), so DALI's source workers and the CPU backends share it. Draw order (fixed, so the default recipe's crops equal the
-loader's historical ones): crop, hflip, [interpolation], [vflip], auto-augment, [jitter], [grayscale].
+Pure: random.Random streams keyed by (seed, epoch, record key); the draw order is fixed (crop, hflip,
+[interpolation], [vflip], auto-augment, [jitter], [grayscale], the transform seed), so the default
+recipe's crops equal the loader's historical ones. The batch stage's draws (erasing, mixing) are
+augment.batch_plan's. Stdlib only, apart from the recipe: DALI's source workers and the CLI import it.
 """
 from __future__ import annotations
 
 import math
 import random
-import zlib
 from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
-
-from ..geometry import Crop, plan_view, sample_rng
+from ..geometry import RATIO, SCALE, Crop, crop_pct_of
 from .ops import ENHANCE, KIND_ID, POLICIES, RAND_INCREASING_OPS, RAND_OPS, TIMM_OPS, TRIVIAL_BINS, TRIVIAL_MAGNITUDES, TRIVIAL_OPS
 from .recipe import AutoAugment, Recipe
 
@@ -32,26 +29,74 @@ Op = tuple[int, float]  # (kind id, parameter)
 
 @dataclass(frozen=True)
 class SamplePlan:
-    """A record's whole augmentation: view (crop None for the eval view), interpolation, pixel ops."""
+    """A record's whole augmentation at output `size`: the train view's crop box and flip (None: the
+    eval view, the centre crop of the image resized to size / crop_pct), the resize's interpolation,
+    the pixel ops (kind id, final parameter) in order, and the seed of the user's transform."""
 
+    size: int
     crop: Crop | None
     interpolation: str
-    ops: tuple[Op, ...]
+    crop_pct: float
+    ops: tuple[Op, ...] = ()
+    transform_seed: int = 0
 
     def row(self) -> list[float]:
         return ops_row(self.ops)
 
 
-def plan_sample(recipe: Recipe | None, seed: int, epoch: int, index: int, size: int, width: int, height: int,
+def plan_sample(recipe: Recipe | None, seed: int, epoch: int, key: int, size: int, width: int, height: int,
                 *, train: bool = True) -> SamplePlan:
-    """The plan of record `index` (a width x height upright image) in `epoch`, at output `size`."""
-    rng = sample_rng(seed, epoch, index)
-    crop, interpolation = plan_view(recipe, width, height, size, train=train, rng=rng)
-    return SamplePlan(crop, interpolation, plan_ops(recipe, size, rng) if train else ())
+    """The plan of record `key` (a width x height upright image) in `epoch` at output `size`; `recipe`
+    None is the default recipe (crop and flip). The eval view draws nothing."""
+    crop_pct = crop_pct_of(recipe)
+    if not train:
+        return SamplePlan(size, None, "bilinear" if recipe is None else recipe.eval_interpolation, crop_pct)
+    rng = sample_rng(seed, epoch, key)
+    if recipe is None:
+        crop, interpolation = random_resized_crop(width, height, rng), "bilinear"
+    else:
+        crop = random_resized_crop(width, height, rng, recipe.scale, recipe.ratio, recipe.hflip)
+        interpolation = recipe.interpolation
+        if interpolation == "random":  # timm's RandomResizedCropAndInterpolation: bilinear or bicubic
+            interpolation = ("bilinear", "bicubic")[rng.random() < 0.5]
+    ops = _ops(recipe, size, rng)
+    return SamplePlan(size, crop, interpolation, crop_pct, ops, rng.getrandbits(63))
 
 
-def plan_ops(recipe: Recipe | None, size: int, rng: random.Random) -> tuple[Op, ...]:
-    """The pixel ops after the view, drawn from `rng` right after plan_view's draws."""
+def stream_seed(seed: int, epoch: int, key: int) -> int:
+    """The seed of one record's draws in one epoch: independent of worker, batch and rank."""
+    return (seed * 1_000_003 + epoch) * 4_294_967_296 + key
+
+
+def sample_rng(seed: int, epoch: int, key: int) -> random.Random:
+    """The stream a record's plan is drawn from (stream_seed); it never leaves this module."""
+    return random.Random(stream_seed(seed, epoch, key))
+
+
+def random_resized_crop(width: int, height: int, rng: random.Random, scale: tuple[float, float] = SCALE,
+                        ratio: tuple[float, float] = RATIO, hflip: float = 0.5) -> Crop:
+    """torchvision's RandomResizedCrop sampling: 10 tries of (area, log-ratio), then a centre fallback;
+    then the horizontal flip, drawn with probability `hflip` (one draw whatever its value)."""
+    area = width * height
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target = area * rng.uniform(*scale)
+        aspect = math.exp(rng.uniform(*log_ratio))
+        w, h = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
+        if 0 < w <= width and 0 < h <= height:
+            return Crop(rng.randint(0, width - w), rng.randint(0, height - h), w, h, rng.random() < hflip)
+    in_ratio = width / height
+    if in_ratio < ratio[0]:
+        w, h = width, round(width / ratio[0])
+    elif in_ratio > ratio[1]:
+        w, h = round(height * ratio[1]), height
+    else:
+        w, h = width, height
+    return Crop((width - w) // 2, (height - h) // 2, w, h, rng.random() < hflip)
+
+
+def _ops(recipe: Recipe | None, size: int, rng: random.Random) -> tuple[Op, ...]:
+    """The pixel ops after the view, drawn right after its draws."""
     if recipe is None:
         return ()
     ops: list[Op] = []
@@ -64,8 +109,6 @@ def plan_ops(recipe: Recipe | None, size: int, rng: random.Random) -> tuple[Op, 
         ops.extend(_jitter(recipe.jitter, rng))
     if recipe.grayscale_prob > 0 and rng.random() < recipe.grayscale_prob:
         ops.append((KIND_ID["grayscale"], 0.0))
-    if len(ops) > MAX_OPS:
-        raise ValueError(f"a plan holds at most {MAX_OPS} ops, this recipe drew {len(ops)}: use n <= 4 in auto_augment")
     return tuple(ops)
 
 
@@ -148,90 +191,3 @@ def fill_color(recipe: Recipe | None) -> tuple[int, int, int]:
     if recipe is None or (recipe.augment and recipe.augment.policy == "trivialaugment"):
         return (0, 0, 0)
     return tuple(min(255, round(255 * m)) for m in recipe.mean)  # type: ignore[return-value]
-
-
-Box = tuple[int, int, int, int]  # top, left, height, width
-
-
-def plan_erase(recipe: Recipe, seed: int, epoch: int, index: int, size: int) -> tuple[tuple[Box, ...], int]:
-    """timm's RandomErasing on a size x size view (probability, 1..re_count boxes of 2%..1/3 of the area
-    over their count, log-uniform aspect 0.3..3.3, 10 tries each): the boxes, and the seed of the noise
-    that fills them in 'rand' and 'pixel' modes. A stream of its own, keyed like the view's."""
-    rng = random.Random(sample_rng(seed, epoch, index).getrandbits(64) ^ 0x5EED_E7A5E)
-    if recipe.re_prob <= 0 or rng.random() > recipe.re_prob:
-        return (), 0
-    boxes = []
-    count = rng.randint(1, recipe.re_count) if recipe.re_count > 1 else 1  # timm: randint(min_count, max_count)
-    area = size * size
-    log_ratio = (math.log(0.3), math.log(1 / 0.3))
-    for _ in range(count):
-        for _ in range(10):
-            target = rng.uniform(0.02, 1 / 3) * area / count
-            aspect = math.exp(rng.uniform(*log_ratio))
-            h, w = int(round(math.sqrt(target * aspect))), int(round(math.sqrt(target / aspect)))
-            if w < size and h < size:
-                boxes.append((rng.randint(0, size - h), rng.randint(0, size - w), h, w))
-                break
-    return tuple(boxes), rng.getrandbits(63)
-
-
-def erase_noise(noise_seed: int, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
-    """The normal float32 noise of a record's erased boxes ('rand': 3 x 1 x 1, 'pixel': 3 x h x w
-    each), in their plan's order from one stream keyed by the record's noise seed (plan_erase)."""
-    rng = np.random.default_rng(noise_seed)
-    return [rng.standard_normal(shape, dtype=np.float32) for shape in shapes]
-
-
-def position_key(position: Any) -> int:
-    """A stable integer for a plan position (an int, or the shard-wise plan's segments)."""
-    if isinstance(position, int):
-        return position
-    return zlib.crc32(repr(position).encode())
-
-
-@dataclass(frozen=True)
-class MixPlan:
-    """A batch's mixing: per sample its lam (1: unmixed) and, for cutmix, the box (top, bottom, left,
-    right) taken from its partner N-1-i; in batch mode every sample has the same."""
-
-    lams: np.ndarray
-    boxes: tuple[tuple[int, int, int, int] | None, ...]
-
-
-def plan_mix(recipe: Recipe, seed: int, epoch: int, position: Any, rank: int, count: int, height: int,
-             width: int) -> MixPlan:
-    """timm's Mixup draws for a batch of `count` height x width images: batch mode (_params_per_batch,
-    one lam, cutmix with switch_prob) or elem mode (_params_per_elem); cutmix boxes by rand_bbox with
-    the lam corrected to the box's area."""
-    rng = np.random.default_rng([seed, epoch, position_key(position), rank, 0x4D4958])
-    draws = 1 if recipe.mix_mode == "batch" else count
-    use_cutmix = np.zeros(draws, dtype=bool)
-    if recipe.mixup_alpha > 0 and recipe.cutmix_alpha > 0:
-        use_cutmix = rng.random(draws) < recipe.switch_prob
-        lam = np.where(use_cutmix, rng.beta(recipe.cutmix_alpha, recipe.cutmix_alpha, draws),
-                       rng.beta(recipe.mixup_alpha, recipe.mixup_alpha, draws))
-    elif recipe.mixup_alpha > 0:
-        lam = rng.beta(recipe.mixup_alpha, recipe.mixup_alpha, draws)
-    else:
-        use_cutmix[:] = True
-        lam = rng.beta(recipe.cutmix_alpha, recipe.cutmix_alpha, draws)
-    mixed = rng.random(draws) < recipe.mixup_prob
-    lams, cut = np.where(mixed, lam, 1.0).astype(np.float32), use_cutmix & mixed
-    boxes: list[tuple[int, int, int, int] | None] = [None] * draws
-    for i in range(draws):
-        if cut[i] and lams[i] != 1.0:
-            *box, lams[i] = _cut_box(rng, float(lams[i]), height, width)
-            boxes[i] = tuple(box)  # type: ignore[assignment]
-    if draws == 1:
-        return MixPlan(np.full(count, lams[0], dtype=np.float32), tuple(boxes * count))
-    return MixPlan(lams, tuple(boxes))
-
-
-def _cut_box(rng: np.random.Generator, lam: float, h: int, w: int) -> tuple[int, int, int, int, float]:
-    """timm's rand_bbox + lam correction: (top, bottom, left, right, the lam of the area kept)."""
-    ratio = np.sqrt(1 - lam)
-    cut_h, cut_w = int(h * ratio), int(w * ratio)
-    cy, cx = int(rng.integers(0, h)), int(rng.integers(0, w))
-    top, bottom = int(np.clip(cy - cut_h // 2, 0, h)), int(np.clip(cy + (cut_h + 1) // 2, 0, h))  # timm 1.0.31
-    left, right = int(np.clip(cx - cut_w // 2, 0, w)), int(np.clip(cx + (cut_w + 1) // 2, 0, w))
-    return top, bottom, left, right, 1.0 - (bottom - top) * (right - left) / float(h * w)

@@ -5,7 +5,6 @@ import contextlib
 import functools
 import itertools
 import logging
-import random
 from collections.abc import Iterator
 
 import numpy as np
@@ -17,9 +16,8 @@ from ..sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan, record_of
 from ..storage.isolate import forks_nothing
 from ..augment.cpu import apply_ops
 from ..augment.custom import apply_transform
-from ..augment.plan import fill_color, plan_ops
-from ..geometry import sample_rng
-from ..transforms import decode_view
+from ..augment.plan import SamplePlan, fill_color
+from ..transforms import plan_and_decode
 from .bad_samples import BadSample, serve_or_substitute
 from .base import Batch, Loader
 from .fields import FieldSpec, check_picklable
@@ -39,7 +37,7 @@ Item = tuple[int, int, "tuple[int, ...] | None", int]  # epoch, record, shards t
 
 class DecodedRecords(torch.utils.data.Dataset):
     """(epoch, index, ahead, size) -> (uint8 CHW tensor, label, index served, BadSample or None): the
-    record's view and pixel ops as the planner draws them for the recipe (datapipe.augment.plan);
+    record's view and pixel ops as its plan (datapipe.augment.plan.plan_sample, one call) says;
     with `fields`, also the served record's values of the extra fields (its caption tokenized here).
 
     A record that cannot be read or decoded raises under on_error="raise" (naming it); under "skip"
@@ -54,23 +52,21 @@ class DecodedRecords(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def _decode(self, epoch: int, index: int, size: int, key: int) -> tuple[torch.Tensor, int, random.Random,
+    def _decode(self, epoch: int, index: int, size: int, key: int) -> tuple[torch.Tensor, int, SamplePlan,
                                                                           Fields | None]:
-        """Record `index` read and decoded to its view, the part a bad record can fail; the rng its plan
-        continues from (`key` seeds it: the record, or its repeat's key); its stored fields when asked for."""
+        """Record `index` read, its plan drawn (the one planner call; `key` keys it: the record, or its
+        repeat's key) and decoded to its view: the part a bad record can fail. Its stored fields when asked for."""
         sample = self.dataset[index] if self.fields is None else self.dataset.record(index)
-        rng = sample_rng(self.seed, epoch, key)
-        pixels = decode_view(sample.data, size, train=self.train, rng=rng, recipe=self.recipe)
-        return pixels, sample.label, rng, None if self.fields is None else sample.fields
+        pixels, plan = plan_and_decode(sample.data, self.recipe, self.seed, epoch, key, size, train=self.train)
+        return pixels, sample.label, plan, None if self.fields is None else sample.fields
 
-    def _augment(self, pixels: torch.Tensor, size: int, rng: random.Random) -> torch.Tensor:
+    def _augment(self, pixels: torch.Tensor, plan: SamplePlan) -> torch.Tensor:
         """The planned ops and the user's transform: outside the bad-record policy, so an error here
         (a bug, not bad data) is raised, never served around."""
-        ops = plan_ops(self.recipe, size, rng)
-        if ops:
-            pixels = apply_ops(pixels, ops, fill=self.fill)
+        if plan.ops:
+            pixels = apply_ops(pixels, plan.ops, fill=self.fill)
         if self.transform is not None:
-            pixels = apply_transform(self.transform, pixels, rng)
+            pixels = apply_transform(self.transform, pixels, plan.transform_seed)
         return pixels
 
     def __getitem__(self, item: Item) -> Decoded:
@@ -78,11 +74,11 @@ class DecodedRecords(torch.utils.data.Dataset):
         if ahead:
             self.dataset.read_ahead(list(ahead))
         index = record_of(key, len(self.dataset))
-        (pixels, label, rng, stored), served, bad = serve_or_substitute(
+        (pixels, label, plan, stored), served, bad = serve_or_substitute(
             lambda i: self._decode(epoch, i, size, key if i == index else i), self.dataset, index, seed=self.seed,
             epoch=epoch, skip=self.skip)
         if self.train:
-            pixels = self._augment(pixels, size, rng)
+            pixels = self._augment(pixels, plan)
         if self.fields is None:
             return pixels, label, served, bad
         return pixels, label, served, bad, self.fields.values(stored)  # outside the policy, as _augment

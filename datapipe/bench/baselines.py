@@ -17,7 +17,8 @@ from PIL import Image
 
 from ..backends.normalize import IMAGENET_MEAN, IMAGENET_STD
 from ..formats.base import Dataset
-from ..geometry import RATIO, SCALE, random_resized_crop
+from ..augment.plan import random_resized_crop
+from ..geometry import RATIO, SCALE
 
 
 class NaiveImageFolder(torch.utils.data.Dataset):

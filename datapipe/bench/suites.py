@@ -25,8 +25,7 @@ from ..decode import decode_rgb
 from ..errors import first_line
 from ..formats.base import Dataset
 from ..formats.folder import FolderDataset
-from ..geometry import sample_rng
-from ..transforms import decode_view, region_decoder_available, set_region_decoding
+from ..transforms import plan_and_decode, region_decoder_available, set_region_decoding
 from .advice import DEFAULT_PREFETCH_FACTOR, default_backend, default_decode, default_memory, default_workers
 from .baselines import naive_loader, plain_dali_loader
 
@@ -208,7 +207,7 @@ def suite_decode(name: str, ds: Dataset, opts: BenchOptions, device: torch.devic
         previous, threads = set_region_decoding(region), torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            return [decode_view(b, opts.image_size, train=True, rng=sample_rng(0, repeat, first + i))
+            return [plan_and_decode(b, None, 0, repeat, first + i, opts.image_size, train=True)[0]
                     for i, b in enumerate(blobs[first:first + opts.batch_size])]
         finally:
             set_region_decoding(previous)

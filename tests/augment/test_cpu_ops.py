@@ -4,7 +4,6 @@ measured tolerance (docs/augmentation.md#tolerances)."""
 from __future__ import annotations
 
 import io
-import math
 from pathlib import Path
 
 import numpy as np

@@ -4,14 +4,14 @@ and torchvision's rules (which ops, how many, which magnitudes)."""
 from __future__ import annotations
 
 import collections
-import random
 
 import pytest
 
 from datapipe.augment import PRESETS, Recipe, parse_auto_augment, plan_erase, plan_sample, resolve_recipe
 from datapipe.augment.ops import KIND_ID, KINDS, RAND_INCREASING_OPS, TIMM_OPS
 from datapipe.augment.plan import SamplePlan, fill_color, ops_row
-from datapipe.geometry import Crop, random_resized_crop, sample_rng
+from datapipe.augment.plan import random_resized_crop, sample_rng
+from datapipe.geometry import Crop
 
 
 def kinds_of(plans):
@@ -19,12 +19,13 @@ def kinds_of(plans):
 
 
 def test_the_default_recipe_plans_the_historical_views():
-    assert plan_sample(Recipe(), 3, 2, 17, 224, 640, 480) == SamplePlan(Crop(49, 18, 449, 345, True), "bilinear", ())
+    plan = plan_sample(Recipe(), 3, 2, 17, 224, 640, 480)
+    assert plan == SamplePlan(224, Crop(49, 18, 449, 345, True), "bilinear", 0.875, (), plan.transform_seed)
     assert plan_sample(None, 3, 2, 17, 224, 640, 480) == plan_sample(Recipe(), 3, 2, 17, 224, 640, 480)
     for index in range(200):
         expected = random_resized_crop(500, 375, sample_rng(0, 4, index))
         assert plan_sample(PRESETS["default"], 0, 4, index, 224, 500, 375).crop == expected
-    assert plan_sample(Recipe(), 0, 0, 0, 224, 500, 375, train=False) == SamplePlan(None, "bilinear", ())
+    assert plan_sample(Recipe(), 0, 0, 0, 224, 500, 375, train=False) == SamplePlan(224, None, "bilinear", 0.875)
 
 
 def test_a_plan_is_a_function_of_seed_epoch_and_record():
@@ -167,7 +168,7 @@ def test_presets_and_overrides():
 
 def test_mix_plans_follow_timm_mixup_rates():
     """mixup_prob of batches mixed; among them switch_prob cutmix (a box, lam = the area kept)."""
-    from datapipe.augment.plan import plan_mix
+    from datapipe.augment.batch_plan import plan_mix
 
     recipe = Recipe(mixup_alpha=0.8, cutmix_alpha=1.0, mixup_prob=0.6, switch_prob=0.25)
     plans = [plan_mix(recipe, 0, 0, 64 * k, 0, 8, 32, 32) for k in range(2000)]

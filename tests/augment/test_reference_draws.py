@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from datapipe.augment.ops import TIMM_OPS, TRIVIAL_OPS
-from datapipe.augment.plan import _cut_box, _trivial
+from datapipe.augment.batch_plan import _cut_box
+from datapipe.augment.plan import _trivial
 
 
 def timm_rand_bbox(h: int, w: int, lam: float, cy: int, cx: int) -> tuple[int, int, int, int]:

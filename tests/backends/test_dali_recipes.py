@@ -5,7 +5,6 @@ on the CPU (device="cpu", device_id=None)."""
 from __future__ import annotations
 
 import faulthandler
-import random
 import signal
 from types import SimpleNamespace
 
@@ -20,11 +19,11 @@ from datapipe.augment import PRESETS, Recipe  # noqa: E402
 from datapipe.augment.cpu import apply_ops as cpu_apply_ops  # noqa: E402
 from datapipe.augment.dali import INTERP_CODES, Context, OpLayout, apply_ops, op_layout, slot_matrices  # noqa: E402
 from datapipe.augment.ops import KIND_ID, KINDS  # noqa: E402
-from datapipe.augment.plan import fill_color, ops_row, plan_ops, plan_sample  # noqa: E402
+from datapipe.augment.plan import fill_color, ops_row, plan_sample  # noqa: E402
 from datapipe.backends.dali.source import EpochTable, PlannedSource, ViewSettings  # noqa: E402
 from datapipe.layout import image_dims  # noqa: E402
 from datapipe.sharding import EpochPlan, record_of  # noqa: E402
-from datapipe.transforms import decode_view  # noqa: E402
+from datapipe.transforms import plan_and_decode  # noqa: E402
 
 SMALL = dict(batch_size=6, image_size=40, num_workers=1, seed=3, device="cpu")
 LIMIT_S = 240  # a multi-process test that hangs fails after this long
@@ -83,7 +82,7 @@ def test_the_op_layout_holds_every_kind_and_count_the_planner_draws(name):
     recipe, layout = RECIPES[name], op_layout(RECIPES[name])
     drawn, most = set(), 0
     for seed in range(3000):
-        ops = plan_ops(recipe, 64, random.Random(seed))
+        ops = plan_sample(recipe, seed, 0, 0, 64, 64, 64).ops
         drawn |= {KINDS[kind] for kind, _ in ops}
         most = max(most, len(ops))
     assert drawn <= set(layout.kinds) and most <= layout.slots
@@ -162,7 +161,7 @@ def textures() -> list[torch.Tensor]:
 def photos(clean_folder):
     """The fixture's images (photos, grayscale, CMYK, PNG) as 64 px uint8 CHW views, and textures."""
     files = sorted(p for p in clean_folder.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
-    return [decode_view(p.read_bytes(), 64, train=False) for p in files][:10] + textures()
+    return [plan_and_decode(p.read_bytes(), None, 0, 0, 0, 64, train=False)[0] for p in files][:10] + textures()
 
 
 def measured_differences(photos, broken=None) -> dict[str, tuple[float, float, float]]:

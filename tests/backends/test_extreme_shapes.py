@@ -13,7 +13,7 @@ from datapipe import make_loader
 from datapipe.decode import check_image
 from datapipe.geometry import MAX_ASPECT
 from datapipe.headers import BadImageError
-from datapipe.transforms import decode_view
+from datapipe.transforms import plan_and_decode
 
 SHAPES = [(1, 65535), (65535, 1)]  # numpy (rows, columns): 65535 wide x 1 high, then 1 wide x 65535 high
 
@@ -38,7 +38,7 @@ def extreme_folder(tmp_path_factory, clean_folder):
 def test_convert_refuses_the_shape_naming_the_limit(shape):
     with pytest.raises(BadImageError, match=rf"sides more than {MAX_ASPECT}:1"):
         check_image(png(shape))
-    assert decode_view(png(shape), 224, train=True).shape == (3, 224, 224)  # the train view's crop is bounded
+    assert plan_and_decode(png(shape), None, 0, 0, 0, 224, train=True)[0].shape == (3, 224, 224)  # the train view's crop is bounded
 
 
 @pytest.mark.parametrize("backend", ["threads", "dataloader", "dali"])

@@ -10,8 +10,7 @@ from datapipe import make_loader
 from datapipe.augment import Recipe, SizeRamp
 from datapipe.augment.custom import Transform
 from datapipe.formats import open_dataset
-from datapipe.geometry import sample_rng
-from datapipe.transforms import decode_view
+from datapipe.transforms import decode_view, open_encoded, plan_and_decode
 
 CPU_BACKENDS = ["threads", "dataloader", "prefetch"]
 SMALL = dict(batch_size=6, image_size=32, num_workers=1, seed=3)
@@ -59,7 +58,7 @@ def test_the_default_recipe_serves_the_historical_pixels(packed_lmdb):
     images, labels, indices = next(iter(loader))
     dataset = open_dataset(packed_lmdb)
     for image, index in zip(images, indices.tolist()):
-        expected = decode_view(dataset[index].data, 32, train=True, rng=sample_rng(3, 0, index))
+        expected, _ = plan_and_decode(dataset[index].data, None, 3, 0, index, 32, train=True)
         assert torch.equal(image, expected)
     assert labels.dtype == torch.int64 and labels.dim() == 1
     assert same(epoch_batches(make_loader(packed_lmdb, backend="threads", **SMALL)),
@@ -164,8 +163,8 @@ def test_eval_views_use_the_recipes_crop_pct_and_interpolation(packed_lmdb):
                          dtype=torch.uint8, **SMALL)
     images, _, indices = next(iter(loader))
     for image, index in zip(images, indices.tolist()):
-        assert torch.equal(image, decode_view(dataset[index].data, 32, train=False, recipe=loader.recipe))
-    default = decode_view(dataset[int(indices[0])].data, 32, train=False)
+        assert torch.equal(image, plan_and_decode(dataset[index].data, loader.recipe, 3, 0, index, 32, train=False)[0])
+    default, _ = plan_and_decode(dataset[int(indices[0])].data, None, 3, 0, 0, 32, train=False)
     assert not torch.equal(images[0], default)
 
 
@@ -183,7 +182,7 @@ def test_each_record_gets_its_planned_ops(packed_lmdb, backend):
         for image, index in zip(images, indices.tolist()):
             data = dataset[index].data
             plan = plan_sample(recipe, 3, 1, index, 32, *image_dims(data))
-            view = decode_view(data, 32, train=True, rng=sample_rng(3, 1, index), recipe=recipe)
+            view = decode_view(open_encoded(data), plan)
             assert torch.equal(image, apply_ops(view, plan.ops, fill=fill_color(recipe)))
             with_ops += bool(plan.ops) and not torch.equal(image, view)
     assert with_ops >= 10

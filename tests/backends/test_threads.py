@@ -52,7 +52,7 @@ def kept_batches(loader, epoch):
 @pytest.mark.parametrize("train", [True, False])
 @pytest.mark.parametrize("prefetch_factor", [1, 3])
 def test_batches_equal_the_dataloader_backends_in_order_and_pixel_for_pixel(packed_lmdb, train, prefetch_factor, fused):
-    """The same records, order and views (same sample_rng), every batch kept to the end: a buffer
+    """The same records, order and views (the same plans), every batch kept to the end: a buffer
     refilled while it is read or handed out, a batch served out of order, a view drawn another way
     or a sample normalized otherwise would show here. Both ways of filling a batch: fused (what a
     CPU device gets) and the uint8 ring (what CUDA gets), run here on the CPU."""

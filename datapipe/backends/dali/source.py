@@ -23,12 +23,13 @@ from typing import Any
 import numpy as np
 
 from ...augment.dali import INTERP_CODES, op_layout, slot_matrices
-from ...augment.plan import Op, ops_row, plan_ops
+from ...augment import plan as planner
+from ...augment.plan import Op, SamplePlan, ops_row
 from ...augment.recipe import Recipe
 from ...formats.base import Dataset
-from ...geometry import ViewGeometry, sample_rng
+from ...geometry import ViewGeometry, view_of
 from ...headers import BadImageError, image_ext, jpeg_scan_start, png_has_transparency
-from ...layout import view_geometry
+from ...layout import image_dims
 from ...sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan, record_of
 from ...storage.isolate import forks_nothing, may_fork_workers
 from ..bad_samples import serve_or_substitute
@@ -189,28 +190,30 @@ class PlannedSource:
 
     def prepare(self, epoch: int, index: int, size: int | None = None, key: int | None = None) -> Prepared:
         """Record `index`'s encoded bytes, label and view columns, its planned ops with them where the
-        graph applies ops: the planner's draw order (the view, then the ops, from one rng seeded by
-        `key`: the record, or its repeat's key under repeated augmentation, sharding.EpochKeys)."""
-        data, label, view, rng, _ = self._read(epoch, index, size or self.settings.image_size, key)
-        return data, label, view + self._ops(rng, size or self.settings.image_size)
+        graph applies ops: one plan (planner.plan_sample) keyed by `key`, the record or its repeat's key
+        under repeated augmentation (sharding.EpochKeys)."""
+        data, label, view, plan, _ = self._read(epoch, index, size or self.settings.image_size, key)
+        return data, label, view + self._ops(plan)
 
-    def _read(self, epoch: int, index: int, size: int, key: int | None) -> tuple[np.ndarray, int, tuple, Any, Any]:
-        """The part a bad record can fail (read, structure check, header, view), the rng the plan
-        continues from, and the record's stored fields when asked for; raises for a record that cannot be used."""
+    def _read(self, epoch: int, index: int, size: int, key: int | None) -> tuple[np.ndarray, int, tuple,
+                                                                               SamplePlan, Any]:
+        """The part a bad record can fail (read, structure check, header, the one planner call, the
+        view), the plan, and the record's stored fields when asked for; raises for a record that cannot be used."""
         sample = self.dataset[index] if self.fields is None else self.dataset.record(index)
         s = self.settings
         if s.check_files:
             check_structure(sample.data)
-        rng = sample_rng(s.seed, epoch, index if key is None else key)
-        geometry = view_geometry(sample.data, size, train=s.train, rng=rng, recipe=s.recipe)
+        width, height = image_dims(sample.data)
+        plan = planner.plan_sample(s.recipe, s.seed, epoch, index if key is None else key, size, width, height,
+                                   train=s.train)
         data = gpu_decodable(sample.data) if s.gpu_decode else sample.data
-        return (np.frombuffer(data, dtype=np.uint8), sample.label, view_outputs(geometry, size), rng,
-                None if self.fields is None else sample.fields)
+        return (np.frombuffer(data, dtype=np.uint8), sample.label, view_outputs(view_of(plan, width, height), size),
+                plan, None if self.fields is None else sample.fields)
 
-    def _ops(self, rng, size: int) -> tuple[np.ndarray, ...]:
-        """The planned ops' columns, drawn right after the view from the same rng; none where the graph
-        applies no ops. Outside the bad-record policy: an error here is a bug, never served around."""
-        return op_outputs(plan_ops(self.settings.recipe, size, rng), size) if self.sends_ops else ()
+    def _ops(self, plan: SamplePlan) -> tuple[np.ndarray, ...]:
+        """The planned ops' columns; none where the graph applies no ops. Outside the bad-record
+        policy: an error here is a bug, never served around."""
+        return op_outputs(plan.ops, plan.size) if self.sends_ops else ()
 
     def problem(self, epoch: int, index: int) -> str | None:
         """Why record `index` cannot be used, or None (the parent uses this to report a skip)."""
@@ -234,10 +237,10 @@ class PlannedSource:
         blobs: list[bytes] = []
         for key in batches[batch_info.iteration]:
             index = record_of(int(key), len(self.dataset))
-            (data, label, view, rng, stored), served, bad = serve_or_substitute(
+            (data, label, view, plan, stored), served, bad = serve_or_substitute(
                 lambda i: self._read(epoch, i, size, int(key) if i == index else i), self.dataset, index,
                 seed=self.settings.seed, epoch=epoch, skip=self.settings.skip_errors)
-            values = (data, np.array(label, np.int64), np.array(served, np.int64), *view, *self._ops(rng, size),
+            values = (data, np.array(label, np.int64), np.array(served, np.int64), *view, *self._ops(plan),
                       np.array(-1 if bad is None else bad.index, np.int64))
             for column, value in zip(columns, values):
                 column.append(value)
