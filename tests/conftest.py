@@ -1,7 +1,9 @@
 """Shared fixtures: the fixture image folder, and it converted once per format per session."""
 from __future__ import annotations
 
+import faulthandler
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -109,3 +111,22 @@ def ray_home():
     home = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
     yield home
     shutil.rmtree(home, ignore_errors=True)
+
+
+HANG_LIMIT_S = 240  # a multi-process test that hangs fails after this long
+
+
+@pytest.fixture
+def within():
+    """Fail a test that runs past HANG_LIMIT_S: a TimeoutError where Python runs, and where a call into
+    DALI or a worker never returns, all threads' tracebacks and the process's exit (faulthandler) a bit later."""
+    def expired(signum, frame):
+        raise TimeoutError(f"the test ran past {HANG_LIMIT_S} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(HANG_LIMIT_S)
+    faulthandler.dump_traceback_later(HANG_LIMIT_S + 30, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)

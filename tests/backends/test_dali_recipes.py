@@ -4,8 +4,6 @@ dataloader backend's batches, progressive resizing needs no new pipeline, uint8 
 on the CPU (device="cpu", device_id=None)."""
 from __future__ import annotations
 
-import faulthandler
-import signal
 from types import SimpleNamespace
 
 import numpy as np
@@ -26,7 +24,6 @@ from datapipe.sharding import EpochPlan, record_of  # noqa: E402
 from datapipe.transforms import plan_and_decode  # noqa: E402
 
 SMALL = dict(batch_size=6, image_size=40, num_workers=1, seed=3, device="cpu")
-LIMIT_S = 240  # a multi-process test that hangs fails after this long
 # DALI vs augment.cpu on the same uint8 input, per kind: (mean |difference| in levels, share of values
 # more than 2 levels off), upper bounds set from what this file measures (measured_differences: 10
 # fixture photos at 64 px and two textures, over CASES) with a margin. Measured, DALI 2.4 on the CPU:
@@ -55,22 +52,6 @@ FILL = fill_color(PRESETS["deit"])  # timm's img_mean fill (124, 116, 104), as t
 AUGMENTED = Recipe(auto_augment="rand-m9-mstd0.5-inc1")  # ops, no batch stage: images compare per record
 RECIPES = {**PRESETS, "v0": Recipe(auto_augment="v0"), "original": Recipe(auto_augment="original"),
            "jitter+gray+vflip": Recipe(color_jitter=0.4, grayscale_prob=0.3, vflip=0.5, interpolation="random")}
-
-
-@pytest.fixture
-def within():
-    """Fail a test that runs past LIMIT_S: a TimeoutError where Python runs, and where a call into
-    DALI never returns, all threads' tracebacks and the process's exit (faulthandler) a bit later."""
-    def expired(signum, frame):
-        raise TimeoutError(f"the test ran past {LIMIT_S} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(LIMIT_S)
-    faulthandler.dump_traceback_later(LIMIT_S + 30, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
 
 
 # ---- (a) the source sends the planner's rows ----
