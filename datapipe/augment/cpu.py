@@ -1,17 +1,15 @@
-"""Apply a plan's pixel ops to a uint8 CHW image with torch kernels (the threads, dataloader and
-prefetch backends). One function per kind of datapipe.augment.ops.KINDS, each following the PIL
-operation timm applies (ImageOps, ImageEnhance, Image.transform), on tensors: lookup tables for the
-point ops (NumPy's uint8 take), blends truncated as PIL's, grid_sample for the affine ops (bilinear,
-the fill where a pixel's centre maps outside the image, as PIL)."""
+"""Apply a plan's pixel ops to a uint8 CHW image on the CPU (the threads, dataloader and prefetch
+backends): each op's CPU kernel from the op table (ops.py), and the helpers those kernels share, each
+following the PIL operation timm applies (ImageOps, ImageEnhance, Image.transform), on tensors: lookup
+tables for the point ops (NumPy's uint8 take), blends truncated as PIL's, grid_sample for the affine
+ops (bilinear, the fill where a pixel's centre maps outside the image, as PIL)."""
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .ops import AFFINE, KINDS
+from .ops import KIND_ID, LEVELS, kind_of
 
 Image = torch.Tensor  # uint8, 3 x H x W
 
@@ -21,14 +19,15 @@ def apply_ops(image: Image, ops, *, fill: tuple[int, int, int] = (0, 0, 0)) -> I
     The affine ops sample bilinearly in every backend (DALI's warps have no cubic mode; timm uses
     the recipe's interpolation there): the one documented difference from timm's pixels."""
     for kind, value in ops:
-        name = KINDS[int(kind)]
-        if name == "identity":
-            continue
-        image = APPLIERS[name](image, float(value), fill)
+        if int(kind) != IDENTITY:
+            image = kind_of(kind).cpu(image, float(value), fill)
     return image
 
 
-def _lut(image: Image, table) -> Image:
+IDENTITY = KIND_ID["identity"]
+
+
+def lut(image: Image, table) -> Image:
     """Map each channel's values through its 256-entry table (3 x 256, or 256 for all), by NumPy's
     uint8-indexed take (several times torch's int64 gather here)."""
     table = np.asarray(table, dtype=np.uint8)
@@ -36,9 +35,6 @@ def _lut(image: Image, table) -> Image:
     if table.ndim == 1:
         return torch.from_numpy(np.take(table, pixels))
     return torch.from_numpy(np.stack([np.take(table[c], pixels[c]) for c in range(3)]))
-
-
-_IDENTITY = np.arange(256)
 
 
 _L_WEIGHTS = torch.tensor([19595.0, 38470.0, 7471.0])
@@ -61,7 +57,7 @@ def _blend(degenerate: torch.Tensor, image: Image, factor: float, pixels: torch.
     return out.sub_(degenerate).mul_(factor).add_(degenerate).clamp_(0, 255).to(torch.uint8)
 
 
-def auto_contrast(image: Image, value: float, fill) -> Image:
+def auto_contrast(image: Image) -> Image:
     """PIL's ImageOps.autocontrast (cutoff 0) per channel; its table in float64 with a separate
     multiply and add, as PIL's Python loop computes it (the rounding decides a level where
     i * scale + offset is an integer)."""
@@ -69,12 +65,12 @@ def auto_contrast(image: Image, value: float, fill) -> Image:
     lo, hi = pixels.min(axis=1).astype(np.float64), pixels.max(axis=1).astype(np.float64)
     flat = hi <= lo
     scale = 255.0 / np.where(flat, 1.0, hi - lo)
-    table = _IDENTITY * scale[:, None] + (-lo * scale)[:, None]
-    table = np.where(flat[:, None], _IDENTITY, np.clip(np.trunc(table), 0, 255))
-    return _lut(image, table)
+    table = LEVELS * scale[:, None] + (-lo * scale)[:, None]
+    table = np.where(flat[:, None], LEVELS, np.clip(np.trunc(table), 0, 255))
+    return lut(image, table)
 
 
-def equalize(image: Image, value: float, fill) -> Image:
+def equalize(image: Image) -> Image:
     """PIL's ImageOps.equalize, per channel: step = (pixels - the last used level's count) // 255,
     level i -> (step // 2 + pixels below i) // step."""
     tables = []
@@ -83,50 +79,30 @@ def equalize(image: Image, value: float, fill) -> Image:
         used = hist[hist > 0]
         step = int((used.sum() - used[-1]) // 255) if len(used) > 1 else 0
         if step == 0:
-            tables.append(_IDENTITY)
+            tables.append(LEVELS)
             continue
         below = np.cumsum(hist) - hist
         tables.append(np.minimum((below + step // 2) // step, 255))
-    return _lut(image, np.stack(tables))
+    return lut(image, np.stack(tables))
 
 
-def invert(image: Image, value: float, fill) -> Image:
-    return 255 - image
-
-
-def posterize(image: Image, value: float, fill) -> Image:
-    bits = int(value)
-    if bits >= 8:
-        return image
-    return image & (~(2 ** (8 - bits) - 1) & 0xFF)
-
-
-def solarize(image: Image, value: float, fill) -> Image:
-    """Values >= the threshold inverted (a threshold above 255, timm's level 0, inverts nothing)."""
-    return _lut(image, np.where(_IDENTITY >= value, 255 - _IDENTITY, _IDENTITY))
-
-
-def solarize_add(image: Image, value: float, fill) -> Image:
-    return _lut(image, np.where(_IDENTITY < 128, np.minimum(255, _IDENTITY + int(value)), _IDENTITY))
-
-
-def color(image: Image, value: float, fill) -> Image:
+def color(image: Image, value: float) -> Image:
     pixels = image.to(torch.float32)
     return _blend(_gray_float(pixels)[None], image, value, pixels)
 
 
-def contrast(image: Image, value: float, fill) -> Image:
+def contrast(image: Image, value: float) -> Image:
     """ImageEnhance.Contrast: blend with the L image's mean, int(mean + 0.5)."""
     pixels = image.to(torch.float32)
     mean = int(_gray_float(pixels).to(torch.float64).mean().item() + 0.5)
     return _blend(torch.tensor(float(mean)), image, value, pixels)
 
 
-def brightness(image: Image, value: float, fill) -> Image:
+def brightness(image: Image, value: float) -> Image:
     return image.to(torch.float32).mul_(value).clamp_(0, 255).to(torch.uint8)
 
 
-def sharpness(image: Image, value: float, fill) -> Image:
+def sharpness(image: Image, value: float) -> Image:
     """PIL's ImageFilter.SMOOTH (3 x 3 of ones, centre 5, / 13, rounded), its one-pixel border the
     original's: the 3 x 3 sum (a box filter, by shifted adds) plus 4 x the centre."""
     pixels = image.to(torch.float32)
@@ -139,15 +115,22 @@ def sharpness(image: Image, value: float, fill) -> Image:
     return _blend(smooth, image, value, pixels)
 
 
-def vflip(image: Image, value: float, fill) -> Image:
-    return image.flip(-2)
-
-
-def grayscale(image: Image, value: float, fill) -> Image:
+def grayscale(image: Image) -> Image:
     return _gray(image).to(torch.uint8)[None].expand(3, -1, -1).contiguous()
 
 
-def _affine(image: Image, matrix: tuple[float, ...], fill) -> Image:
+def hue(image: Image, shift: int) -> Image:
+    """torchvision's adjust_hue on a PIL image: PIL's HSV (8 bits a channel), the hue channel shifted by
+    `shift` with wrap-around, back to RGB. Pillow's own conversions: the reference, exactly."""
+    from PIL import Image as PILImage
+
+    hsv = np.array(PILImage.fromarray(np.ascontiguousarray(image.permute(1, 2, 0).numpy())).convert("HSV"))
+    hsv[..., 0] += np.uint8(shift % 256)
+    rgb = np.array(PILImage.fromarray(hsv, "HSV").convert("RGB"))
+    return torch.from_numpy(rgb).permute(2, 0, 1).contiguous()
+
+
+def affine(image: Image, matrix: tuple[float, ...], fill) -> Image:
     """PIL's Image.transform(AFFINE, (a, b, c, d, e, f)): the output pixel centred at (x, y) takes the
     input at (a x + b y + c, d x + e y + f); pixels from outside the image get `fill`."""
     _, h, w = image.shape
@@ -161,20 +144,3 @@ def _affine(image: Image, matrix: tuple[float, ...], fill) -> Image:
     inside = ((grid >= -1) & (grid < 1)).all(-1)  # PIL fills a pixel whose centre maps outside [0, size)
     colour = torch.tensor(fill, dtype=torch.float32).view(3, 1, 1)
     return torch.where(inside, out, colour).round_().clamp_(0, 255).to(torch.uint8)
-
-
-def _warp(kind: str) -> Callable[[Image, float, tuple], Image]:
-    """The applier of a geometric kind: its PIL matrix (ops.AFFINE) on this image's size."""
-    def apply(image: Image, value: float, fill) -> Image:
-        _, h, w = image.shape
-        return _affine(image, AFFINE[kind](value, w, h), fill)
-    apply.__name__ = kind
-    return apply
-
-
-rotate, shear_x, shear_y, translate_x, translate_y = (_warp(k) for k in ("rotate", "shear_x", "shear_y",
-                                                                         "translate_x", "translate_y"))
-
-
-APPLIERS: dict[str, Callable[[Image, float, tuple], Image]] = {
-    name: globals()[name] for name in KINDS if name != "identity"}

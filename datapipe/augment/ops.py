@@ -1,48 +1,36 @@
-"""The op table: every augmentation op a plan may hold, as one entry each.
+"""The op table: every pixel op a plan may hold, declared once, as DALI's `@augmentation` and timm's
+NAME_TO_OP / LEVEL_TO_ARG declare theirs.
 
-`KINDS` are what an applier implements (cpu.py, the DALI graph): one function per kind, taking the
-image and one number, the op's final parameter. `TIMM_OPS` are timm's op names (auto_augment.py's
-NAME_TO_OP / LEVEL_TO_ARG) as (kind, magnitude -> parameter, randomly negated): the planner reads
-them to draw, so a new op is one entry here plus one applier per backend. Pure Python: DALI's
-source workers import it.
+A declaration (`declare(Kind(...))`) holds everything about one op kind: its name and what its one
+parameter means, the CPU kernel (a uint8 3 x H x W tensor, the parameter, the fill -> the same, as PIL
+does it), the DALI kernel (a float HWC DataNode of whole levels, the parameter, the slot's affine
+matrix, the graph's Context -> the same), the affine matrix of a geometric kind, timm's named ops of
+the kind (each a magnitude -> parameter rule and whether it is randomly negated) and its
+TrivialAugmentWide rule. The planner (plan.py) draws from the named ops and the rules; the appliers
+(cpu.py, dali.py) and the DALI graph look the kernels up by kind id. Adding an op is one declaration.
+
+Kernels reach their backend's helpers (augment.cpu, augment.dali) through `cpu()` and `dali()`,
+imported when a kernel first runs, so this module (and the planner) loads neither torch nor DALI.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from .trivial_bins import BINS
 
-# The applier kinds, in id order (a plan row stores the id). The parameter of each:
-KINDS = (
-    "identity",       # -
-    "auto_contrast",  # - (PIL ImageOps.autocontrast, per channel)
-    "equalize",       # - (PIL ImageOps.equalize, per channel)
-    "invert",         # -
-    "rotate",         # degrees, counter-clockwise about the centre (PIL Image.rotate)
-    "posterize",      # bits kept, 0..8 (0: black, as timm's level 0 asks; DALI's auto_aug maps 0 to 1)
-    "solarize",       # threshold: values >= it are inverted
-    "solarize_add",   # added to values < 128, saturating
-    "color",          # saturation factor (PIL ImageEnhance.Color: blend with the L image)
-    "contrast",       # factor (ImageEnhance.Contrast: blend with the L image's mean)
-    "brightness",     # factor (ImageEnhance.Brightness: blend with black)
-    "sharpness",      # factor (ImageEnhance.Sharpness: blend with PIL's SMOOTH filter, border kept)
-    "shear_x",        # factor: input x = x + factor * y (PIL's affine, about the top-left corner)
-    "shear_y",        # factor: input y = y + factor * x
-    "translate_x",    # pixels: input x = x + pixels
-    "translate_y",    # pixels: input y = y + pixels
-    "vflip",          # - (a vertical flip)
-    "grayscale",      # - (the L image in all three channels)
-)
-KIND_ID = {name: k for k, name in enumerate(KINDS)}
 Matrix = tuple[float, float, float, float, float, float]
 LEVEL_MAX = 10.0  # timm's _LEVEL_DENOM
+TRIVIAL_BINS = 31
+LEVELS = np.arange(256)
 
 
 @dataclass(frozen=True)
 class OpSpec:
-    """A named op: its kind, how a magnitude (0..10, timm's scale) becomes the kind's parameter, and
+    """A named op (timm's): its kind, how a magnitude (0..10, timm's scale) becomes the kind's parameter,
     whether that parameter is negated with probability 1/2 before `finish` (timm's _randomly_negate)."""
 
     kind: str
@@ -51,12 +39,74 @@ class OpSpec:
     finish: Callable[[float], float] | None = None
 
 
+@dataclass(frozen=True)
+class Trivial:
+    """The kind in torchvision's TrivialAugmentWide: its 31 magnitudes (torch.linspace(first, last, 31)
+    in float32, or `bins` given), `finish` before the random sign when `signed`, `offset` after it."""
+
+    first: float = 0.0
+    last: float = 0.0
+    signed: bool = False
+    finish: Callable[[float], float] | None = None
+    offset: float = 0.0
+    bins: tuple[float, ...] | None = None
+
+    def magnitude(self, step: int) -> float:
+        if self.bins is not None:
+            return self.bins[step]
+        return BINS[(float(self.first), float(self.last))][step] if self.first != self.last else 0.0
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One op kind, everything about it in one place (the module docstring)."""
+
+    name: str
+    param: str
+    cpu: Callable
+    dali: Callable
+    affine: Callable[[float, int, int], Matrix] | None = None  # output -> input map on a w x h image
+    timm: dict[str, OpSpec] = field(default_factory=dict)
+    trivial: Trivial | None = None
+
+
+KINDS: list[str] = []  # names in id order: a plan stores the id
+KIND_ID: dict[str, int] = {}
+TABLE: dict[str, Kind] = {}
+TIMM_OPS: dict[str, OpSpec] = {}
+
+
+def declare(kind: Kind) -> Kind:
+    """Register `kind` (its id: the next free one) and its named ops; a name taken is a ValueError."""
+    if kind.name in TABLE or set(kind.timm) & set(TIMM_OPS):
+        raise ValueError(f"op kind {kind.name!r} or one of its names {sorted(kind.timm)} is declared already")
+    KIND_ID[kind.name] = len(KINDS)
+    KINDS.append(kind.name)
+    TABLE[kind.name] = kind
+    TIMM_OPS.update(kind.timm)
+    return kind
+
+
+def kind_of(kind_id: float) -> Kind:
+    return TABLE[KINDS[int(kind_id)]]
+
+
+def cpu():
+    from . import cpu as helpers
+    return helpers
+
+
+def dali():
+    from . import dali as helpers
+    return helpers
+
+
+def _named(kind: str, **rules: tuple) -> dict[str, OpSpec]:
+    return {name: OpSpec(kind, *rule) for name, rule in rules.items()}
+
+
 def _scaled(top: float) -> Callable[[float, int], float]:
     return lambda m, size: m / LEVEL_MAX * top
-
-
-def _enhance(m: float, size: int) -> float:
-    return m / LEVEL_MAX * 1.8 + 0.1
 
 
 def _posterize(m: float, size: int) -> float:
@@ -67,85 +117,88 @@ def _solarize(m: float, size: int) -> float:
     return min(256, int(m / LEVEL_MAX * 256))  # timm clamps past magnitude 10 (mmax > 10)
 
 
-TIMM_OPS: dict[str, OpSpec] = {
-    "AutoContrast": OpSpec("auto_contrast"),
-    "Equalize": OpSpec("equalize"),
-    "Invert": OpSpec("invert"),
-    "Rotate": OpSpec("rotate", _scaled(30.0), negate=True),
-    "Posterize": OpSpec("posterize", _posterize),
-    "PosterizeIncreasing": OpSpec("posterize", lambda m, s: 4 - _posterize(m, s)),
-    "PosterizeOriginal": OpSpec("posterize", lambda m, s: _posterize(m, s) + 4),
-    "Solarize": OpSpec("solarize", _solarize),
-    "SolarizeIncreasing": OpSpec("solarize", lambda m, s: 256 - _solarize(m, s)),
-    "SolarizeAdd": OpSpec("solarize_add", lambda m, s: min(128, int(m / LEVEL_MAX * 110))),  # timm's clamp
-    "Color": OpSpec("color", _enhance),
-    "Contrast": OpSpec("contrast", _enhance),
-    "Brightness": OpSpec("brightness", _enhance),
-    "Sharpness": OpSpec("sharpness", _enhance),
-    "ShearX": OpSpec("shear_x", _scaled(0.3), negate=True),
-    "ShearY": OpSpec("shear_y", _scaled(0.3), negate=True),
-    "TranslateXRel": OpSpec("translate_x", lambda m, size: m / LEVEL_MAX * 0.45 * size, negate=True),
-    "TranslateYRel": OpSpec("translate_y", lambda m, size: m / LEVEL_MAX * 0.45 * size, negate=True),
-}
-for _name, _kind in (("Color", "color"), ("Contrast", "contrast"), ("Brightness", "brightness"), ("Sharpness", "sharpness")):
-    TIMM_OPS[f"{_name}Increasing"] = OpSpec(_kind, _scaled(0.9), negate=True, finish=lambda v: max(0.1, 1.0 + v))
-
-# timm's RandAugment op lists (_RAND_TRANSFORMS, _RAND_INCREASING_TRANSFORMS; Cutout is random erasing)
-RAND_OPS = ("AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "Solarize", "SolarizeAdd", "Color",
-            "Contrast", "Brightness", "Sharpness", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel")
-RAND_INCREASING_OPS = ("AutoContrast", "Equalize", "Invert", "Rotate", "PosterizeIncreasing", "SolarizeIncreasing",
-                       "SolarizeAdd", "ColorIncreasing", "ContrastIncreasing", "BrightnessIncreasing",
-                       "SharpnessIncreasing", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel")
-
-# AutoAugment's ImageNet policies as timm has them: 25 sub-policies of two (op, probability, magnitude).
-_V0 = """Equalize .8 1 ShearY .8 4|Color .4 9 Equalize .6 3|Color .4 1 Rotate .6 8|Solarize .8 3 Equalize .4 7|
-Solarize .4 2 Solarize .6 2|Color .2 0 Equalize .8 8|Equalize .4 8 SolarizeAdd .8 3|ShearX .2 9 Rotate .6 8|
-Color .6 1 Equalize 1 2|Invert .4 9 Rotate .6 0|Equalize 1 9 ShearY .6 3|Color .4 7 Equalize .6 0|
-Posterize .4 6 AutoContrast .4 7|Solarize .6 8 Color .6 9|Solarize .2 4 Rotate .8 9|Rotate 1 7 TranslateYRel .8 9|
-ShearX 0 0 Solarize .8 4|ShearY .8 0 Color .6 4|Color 1 0 Rotate .6 2|Equalize .8 4 Equalize 0 8|
-Equalize 1 4 AutoContrast .6 2|ShearY .4 7 SolarizeAdd .6 7|Posterize .8 2 Solarize .6 10|
-Solarize .6 8 Equalize .6 1|Color .8 6 Rotate .4 5"""
-_ORIGINAL = """PosterizeOriginal .4 8 Rotate .6 9|Solarize .6 5 AutoContrast .6 5|Equalize .8 8 Equalize .6 3|
-PosterizeOriginal .6 7 PosterizeOriginal .6 6|Equalize .4 7 Solarize .2 4|Equalize .4 4 Rotate .8 8|
-Solarize .6 3 Equalize .6 7|PosterizeOriginal .8 5 Equalize 1 2|Rotate .2 3 Solarize .6 8|
-Equalize .6 8 PosterizeOriginal .4 6|Rotate .8 8 Color .4 0|Rotate .4 9 Equalize .6 2|Equalize 0 7 Equalize .8 8|
-Invert .6 4 Equalize 1 8|Color .6 4 Contrast 1 8|Rotate .8 8 Color 1 2|Color .8 8 Solarize .8 7|
-Sharpness .4 7 Invert .6 8|ShearX .6 5 Equalize 1 9|Color .4 0 Equalize .6 3|Equalize .4 7 Solarize .2 4|
-Solarize .6 5 AutoContrast .6 5|Invert .6 4 Equalize 1 8|Color .6 4 Contrast 1 8|Equalize .8 8 Equalize .6 3"""
+def _enhance_named(name: str, kind: str) -> dict[str, OpSpec]:
+    """timm's enhance op (factor 0.1..1.9 over magnitude 0..10) and its Increasing variant (1 +- 0.9 m/10)."""
+    return _named(kind, **{name: (lambda m, size: m / LEVEL_MAX * 1.8 + 0.1,),
+                           f"{name}Increasing": (_scaled(0.9), True, lambda v: max(0.1, 1.0 + v))})
 
 
-def _policy(text: str) -> tuple[tuple[tuple[str, float, float], ...], ...]:
-    subs = []
-    for sub in text.replace("\n", "").split("|"):
-        words = sub.split()
-        subs.append(tuple((words[k], float(words[k + 1]), float(words[k + 2])) for k in range(0, len(words), 3)))
-    return tuple(subs)
+ENHANCE_TRIVIAL = Trivial(0, 0.99, signed=True, offset=1.0)  # torchvision: factor 1 +- the magnitude
 
 
-# timm's "r" variants: PosterizeIncreasing (the research implementations' posterize) in their place
-POLICIES = {"v0": _policy(_V0), "original": _policy(_ORIGINAL),
-            "v0r": _policy(_V0.replace("Posterize ", "PosterizeIncreasing ")),
-            "originalr": _policy(_ORIGINAL.replace("PosterizeOriginal ", "PosterizeIncreasing "))}
+# ---- the point ops: a lookup table on the CPU, arithmetic in DALI --------------------------------
 
-# torchvision's TrivialAugmentWide (31 magnitude bins): kind -> (parameter at bin 0, at bin 30, signed).
-# Enhance factors are 1 + the magnitude; posterize keeps 8 - round(bin / 5) bits; solarize's threshold
-# falls from 255 to 0 (values >= it inverted, so the threshold is rounded up).
-TRIVIAL_BINS = 31
-TRIVIAL_OPS: tuple[tuple[str, float, float, bool], ...] = (
-    ("identity", 0, 0, False), ("shear_x", 0, 0.99, True), ("shear_y", 0, 0.99, True),
-    ("translate_x", 0, 32, True), ("translate_y", 0, 32, True), ("rotate", 0, 135, True),
-    ("brightness", 0, 0.99, True), ("color", 0, 0.99, True), ("contrast", 0, 0.99, True),
-    ("sharpness", 0, 0.99, True), ("posterize", 8, 2, False), ("solarize", 255, 0, False),
-    ("auto_contrast", 0, 0, False), ("equalize", 0, 0, False),
-)
-ENHANCE = frozenset({"brightness", "color", "contrast", "sharpness"})
+declare(Kind("identity", "-", lambda image, value, fill: image, lambda x, value, matrix, ctx: x,
+             trivial=Trivial()))
+declare(Kind("auto_contrast", "- (PIL ImageOps.autocontrast, per channel)",
+             lambda image, value, fill: cpu().auto_contrast(image),
+             lambda x, value, matrix, ctx: dali().auto_contrast(x),
+             timm=_named("auto_contrast", AutoContrast=()), trivial=Trivial()))
+declare(Kind("equalize", "- (PIL ImageOps.equalize, per channel)",
+             lambda image, value, fill: cpu().equalize(image), lambda x, value, matrix, ctx: dali().equalize(x),
+             timm=_named("equalize", Equalize=()), trivial=Trivial()))
+declare(Kind("invert", "-", lambda image, value, fill: 255 - image, lambda x, value, matrix, ctx: 255.0 - x,
+             timm=_named("invert", Invert=())))
 
 
-# Each kind's 31 magnitudes as torchvision draws them (torch.linspace in float32, whose rounding, as
-# bin 15 of 0..32 being 15.999999, a float64 formula does not reproduce); posterize's bins are integers.
-# Kinds without a magnitude (identity, auto_contrast, equalize) have 0 in every bin.
-TRIVIAL_MAGNITUDES = {kind: BINS.get((float(first), float(last)), (0.0,) * TRIVIAL_BINS)
-                      for kind, first, last, _ in TRIVIAL_OPS if kind != "posterize"}
+def _posterize_cpu(image, value, fill):
+    bits = int(value)
+    return image if bits >= 8 else image & (~(2 ** (8 - bits) - 1) & 0xFF)
+
+
+def _posterize_dali(x, value, matrix, ctx):
+    dmath = dali().modules()[1]
+    step = dmath.pow(2.0, 8.0 - dmath.clamp(dmath.floor(ctx.scalar(value)), 0.0, 8.0))
+    return dmath.floor(x / step) * step
+
+
+declare(Kind("posterize", "bits kept, 0..8 (0: black, as timm's level 0 asks)", _posterize_cpu, _posterize_dali,
+             timm=_named("posterize", Posterize=(_posterize,), PosterizeIncreasing=(lambda m, s: 4 - _posterize(m, s),),
+                         PosterizeOriginal=(lambda m, s: _posterize(m, s) + 4,)),
+             trivial=Trivial(bins=tuple(8 - round(step / 5) for step in range(TRIVIAL_BINS)))))
+declare(Kind("solarize", "threshold: values >= it are inverted (above 255, timm's level 0: none)",
+             lambda image, value, fill: cpu().lut(image, np.where(LEVELS >= value, 255 - LEVELS, LEVELS)),
+             lambda x, value, matrix, ctx: x + (x >= ctx.scalar(value)) * (255.0 - 2.0 * x),
+             timm=_named("solarize", Solarize=(_solarize,), SolarizeIncreasing=(lambda m, s: 256 - _solarize(m, s),)),
+             trivial=Trivial(255, 0, finish=math.ceil)))
+
+
+def _solarize_add_dali(x, value, matrix, ctx):
+    dmath = dali().modules()[1]
+    return x + (x < 128.0) * (dmath.clamp(x + dmath.floor(ctx.scalar(value)), 0.0, 255.0) - x)
+
+
+declare(Kind("solarize_add", "added to values < 128, saturating",
+             lambda image, value, fill: cpu().lut(image, np.where(LEVELS < 128, np.minimum(255, LEVELS + int(value)),
+                                                                  LEVELS)),
+             _solarize_add_dali,
+             timm=_named("solarize_add", SolarizeAdd=(lambda m, s: min(128, int(m / LEVEL_MAX * 110)),))))  # timm's clamp
+
+# ---- the blends: PIL's ImageEnhance, truncated as PIL stores them ------------------------------
+
+declare(Kind("color", "saturation factor (ImageEnhance.Color: blend with the L image)",
+             lambda image, value, fill: cpu().color(image, value),
+             lambda x, value, matrix, ctx: dali().blend(dali().gray(x), x, ctx.scalar(value)),
+             timm=_enhance_named("Color", "color"), trivial=ENHANCE_TRIVIAL))
+declare(Kind("contrast", "factor (ImageEnhance.Contrast: blend with the L image's mean)",
+             lambda image, value, fill: cpu().contrast(image, value),
+             lambda x, value, matrix, ctx: dali().blend(dali().gray_mean(x), x, ctx.scalar(value)),
+             timm=_enhance_named("Contrast", "contrast"), trivial=ENHANCE_TRIVIAL))
+declare(Kind("brightness", "factor (ImageEnhance.Brightness: blend with black)",
+             lambda image, value, fill: cpu().brightness(image, value),
+             lambda x, value, matrix, ctx: dali().levels(ctx.scalar(value) * x),
+             timm=_enhance_named("Brightness", "brightness"), trivial=ENHANCE_TRIVIAL))
+declare(Kind("sharpness", "factor (ImageEnhance.Sharpness: blend with PIL's SMOOTH filter, border kept)",
+             lambda image, value, fill: cpu().sharpness(image, value),
+             lambda x, value, matrix, ctx: dali().sharpness(x, ctx.scalar(value)),
+             timm=_enhance_named("Sharpness", "sharpness"), trivial=ENHANCE_TRIVIAL))
+
+declare(Kind("hue", "the shift of PIL's 8-bit hue channel, 0..255 (torchvision's adjust_hue: int(factor * 255), wrapped)",
+             lambda image, value, fill: cpu().hue(image, int(value)),
+             lambda x, value, matrix, ctx: dali().hue(x, ctx.scalar(value))))
+
+# ---- the geometric ops: PIL's Image.transform(AFFINE) matrices (output pixel -> input point, both in
+# continuous coordinates where pixel i spans [i, i + 1]; DALI's warp_affine, inverse_map=True, agrees)
 
 
 def _rotation(value: float, width: int, height: int) -> Matrix:
@@ -156,12 +209,32 @@ def _rotation(value: float, width: int, height: int) -> Matrix:
     return a, b, cx - a * cx - b * cy, d, e, cy - d * cx - e * cy
 
 
-# PIL's Image.transform(AFFINE) matrices (output pixel -> input point, both in continuous coordinates
-# where pixel i spans [i, i + 1]): DALI's warp_affine (inverse_map=True) uses the same convention.
-AFFINE: dict[str, Callable[[float, int, int], Matrix]] = {
-    "rotate": _rotation,
-    "shear_x": lambda v, w, h: (1, v, 0, 0, 1, 0),
-    "shear_y": lambda v, w, h: (1, 0, 0, v, 1, 0),
-    "translate_x": lambda v, w, h: (1, 0, v, 0, 1, 0),
-    "translate_y": lambda v, w, h: (1, 0, 0, 0, 1, v),
-}
+def _warp_cpu(image, value, fill, matrix: Callable[[float, int, int], Matrix]):
+    _, h, w = image.shape
+    return cpu().affine(image, matrix(value, w, h), fill)
+
+
+def _geometric(name: str, param: str, matrix: Callable[[float, int, int], Matrix], timm: dict, trivial: Trivial) -> Kind:
+    return declare(Kind(name, param, lambda image, value, fill: _warp_cpu(image, value, fill, matrix),
+                        lambda x, value, m, ctx: dali().affine(x, m, ctx), matrix, timm, trivial))
+
+
+_geometric("rotate", "degrees, counter-clockwise about the centre (PIL Image.rotate)", _rotation,
+           _named("rotate", Rotate=(_scaled(30.0), True)), Trivial(0, 135, signed=True))
+_geometric("shear_x", "factor: input x = x + factor * y (about the top-left corner)", lambda v, w, h: (1, v, 0, 0, 1, 0),
+           _named("shear_x", ShearX=(_scaled(0.3), True)), Trivial(0, 0.99, signed=True))
+_geometric("shear_y", "factor: input y = y + factor * x", lambda v, w, h: (1, 0, 0, v, 1, 0),
+           _named("shear_y", ShearY=(_scaled(0.3), True)), Trivial(0, 0.99, signed=True))
+_geometric("translate_x", "pixels: input x = x + pixels", lambda v, w, h: (1, 0, v, 0, 1, 0),
+           _named("translate_x", TranslateXRel=(lambda m, size: m / LEVEL_MAX * 0.45 * size, True)),
+           Trivial(0, 32, signed=True, finish=int))  # torchvision shifts by int(magnitude) pixels
+_geometric("translate_y", "pixels: input y = y + pixels", lambda v, w, h: (1, 0, 0, 0, 1, v),
+           _named("translate_y", TranslateYRel=(lambda m, size: m / LEVEL_MAX * 0.45 * size, True)),
+           Trivial(0, 32, signed=True, finish=int))
+
+# ---- the recipe's own pixel ops -----------------------------------------------------------------
+
+declare(Kind("vflip", "- (a vertical flip)", lambda image, value, fill: image.flip(-2),
+             lambda x, value, matrix, ctx: dali().modules()[0].flip(x, horizontal=0, vertical=1)))
+declare(Kind("grayscale", "- (the L image in all three channels)", lambda image, value, fill: cpu().grayscale(image),
+             lambda x, value, matrix, ctx: dali().grayscale(x)))

@@ -20,7 +20,8 @@ import random
 from dataclasses import dataclass
 
 from ..geometry import RATIO, SCALE, Crop, crop_pct_of
-from .ops import ENHANCE, KIND_ID, POLICIES, RAND_INCREASING_OPS, RAND_OPS, TIMM_OPS, TRIVIAL_BINS, TRIVIAL_MAGNITUDES, TRIVIAL_OPS
+from .ops import KIND_ID, TABLE, TIMM_OPS, TRIVIAL_BINS
+from .policies import POLICIES, RAND_INCREASING_OPS, RAND_OPS, TRIVIAL_ORDER, rand_weights
 from .recipe import AutoAugment, Recipe
 
 MAX_OPS = 8  # op slots of a plan row: vflip + up to 4 auto-augment ops + 3 jitter + grayscale
@@ -112,6 +113,43 @@ def _ops(recipe: Recipe | None, size: int, rng: random.Random) -> tuple[Op, ...]
     return tuple(ops)
 
 
+@dataclass(frozen=True)
+class OpBounds:
+    """What a recipe's plans can hold: `slots` ops at most, of `kinds` (names in id order, identity
+    first): what the DALI graph builds (augment.dali), read from the draws below, never restated."""
+
+    slots: int
+    kinds: tuple[str, ...]
+
+
+def op_bounds(recipe: Recipe | None) -> OpBounds:
+    """The most ops and the kinds `_ops` can draw for `recipe`; none for None or the default recipe."""
+    if recipe is None:
+        return OpBounds(0, ("identity",))
+    stages: list[tuple[int, set[str]]] = [(1, {"vflip"})] if recipe.vflip > 0 else []
+    augment = recipe.augment
+    if augment is not None:
+        stages.append(_auto_augment_bounds(augment))
+    if recipe.jitter is not None:
+        drawn = {kind for kind, strength in zip(JITTER_KINDS, recipe.jitter) if strength > 0}
+        stages.append((len(drawn), drawn))
+    if recipe.grayscale_prob > 0:
+        stages.append((1, {"grayscale"}))
+    kinds = {"identity"}.union(*(k for _, k in stages))
+    return OpBounds(sum(n for n, _ in stages), tuple(sorted(kinds, key=KIND_ID.__getitem__)))
+
+
+def _auto_augment_bounds(augment: AutoAugment) -> tuple[int, set[str]]:
+    if augment.policy == "rand":
+        names = RAND_INCREASING_OPS if augment.increasing else RAND_OPS
+        weights = rand_weights(augment.weights) or (1.0,) * len(names)
+        return augment.num_ops, {TIMM_OPS[name].kind for name, w in zip(names, weights) if w > 0}
+    if augment.policy == "trivialaugment":
+        return 1, set(TRIVIAL_ORDER)
+    policy = POLICIES[augment.policy]
+    return max(len(sub) for sub in policy), {TIMM_OPS[name].kind for sub in policy for name, *_ in sub}
+
+
 def _timm_op(name: str, prob: float, magnitude: float, augment: AutoAugment, size: int,
              rng: random.Random) -> Op | None:
     """timm's AugmentOp.__call__: skipped with 1 - prob, magnitude noise, clip, level -> parameter."""
@@ -134,9 +172,7 @@ def _timm_op(name: str, prob: float, magnitude: float, augment: AutoAugment, siz
 def _auto_augment(augment: AutoAugment, size: int, rng: random.Random) -> list[Op]:
     drawn: list[Op | None]
     if augment.policy == "rand":
-        names = RAND_INCREASING_OPS if augment.increasing else RAND_OPS
-        chosen = [names[rng.randrange(len(names))] for _ in range(augment.num_ops)]  # with replacement, as timm
-        drawn = [_timm_op(name, 0.5, augment.magnitude, augment, size, rng) for name in chosen]
+        drawn = [_timm_op(name, 0.5, augment.magnitude, augment, size, rng) for name in _rand_choice(augment, rng)]
     elif augment.policy == "trivialaugment":
         drawn = [_trivial(rng)]
     else:
@@ -145,35 +181,52 @@ def _auto_augment(augment: AutoAugment, size: int, rng: random.Random) -> list[O
     return [op for op in drawn if op is not None and op[0] != KIND_ID["identity"]]
 
 
+def _rand_choice(augment: AutoAugment, rng: random.Random) -> list[str]:
+    """RandAugment's n op names: uniform with replacement, or (`-w0`) by timm's weights without
+    replacement (NumPy's choice(replace=False, p): each next op by the weights of those left)."""
+    names = RAND_INCREASING_OPS if augment.increasing else RAND_OPS
+    weights = rand_weights(augment.weights)
+    if weights is None:
+        return [names[rng.randrange(len(names))] for _ in range(augment.num_ops)]
+    left, chosen = list(weights), []
+    for _ in range(augment.num_ops):
+        point, k = rng.random() * sum(left), 0
+        while k < len(left) - 1 and (left[k] == 0 or point >= left[k]):
+            point -= left[k]
+            k += 1
+        chosen.append(names[k])
+        left[k] = 0.0
+    return chosen
+
+
 def _trivial(rng: random.Random) -> Op:
-    """torchvision's TrivialAugmentWide: one op, a magnitude bin of 31, a sign for signed ops."""
-    kind, _, _, signed = TRIVIAL_OPS[rng.randrange(len(TRIVIAL_OPS))]
-    step = rng.randrange(TRIVIAL_BINS)
-    if kind == "posterize":
-        value = 8 - round(step / ((TRIVIAL_BINS - 1) / 6))
-    else:
-        value = TRIVIAL_MAGNITUDES[kind][step]
-    if kind == "solarize":
-        value = math.ceil(value)
-    elif kind in ("translate_x", "translate_y"):
-        value = int(value)  # torchvision shifts by int(magnitude) pixels
-    if signed and rng.random() < 0.5:
+    """torchvision's TrivialAugmentWide: one op, a magnitude bin of 31, a sign for signed ops (each
+    kind's `trivial` rule in the op table)."""
+    kind = TRIVIAL_ORDER[rng.randrange(len(TRIVIAL_ORDER))]
+    rule = TABLE[kind].trivial
+    value = rule.magnitude(rng.randrange(TRIVIAL_BINS))
+    if rule.finish:
+        value = rule.finish(value)
+    if rule.signed and rng.random() < 0.5:
         value = -value
-    if kind in ENHANCE:
-        value = 1.0 + value
-    return KIND_ID[kind], float(value)
+    return KIND_ID[kind], float(value + rule.offset)
 
 
-def _jitter(strengths: tuple[float, float, float], rng: random.Random) -> list[Op]:
-    """torchvision's ColorJitter (brightness, contrast, saturation): a random order, then factors
-    uniform in [max(0, 1 - s), 1 + s]; a strength of 0 is no op."""
-    order = [0, 1, 2]
+JITTER_KINDS = ("brightness", "contrast", "color", "hue")
+
+
+def _jitter(strengths: tuple[float, ...], rng: random.Random) -> list[Op]:
+    """torchvision's ColorJitter (brightness, contrast, saturation[, hue]): a random order, then factors
+    uniform in [max(0, 1 - s), 1 + s], the hue's shift in [-h, h]; a strength of 0 is no op."""
+    order = list(range(len(strengths)))
     rng.shuffle(order)
-    kinds = ("brightness", "contrast", "color")
     ops = []
     for k in order:
         if strengths[k] > 0:
-            ops.append((KIND_ID[kinds[k]], rng.uniform(max(0.0, 1 - strengths[k]), 1 + strengths[k])))
+            if k == 3:  # torchvision's adjust_hue shifts the 8-bit hue channel by int(factor * 255), wrapped
+                ops.append((KIND_ID["hue"], float(int(rng.uniform(-strengths[k], strengths[k]) * 255) % 256)))
+            else:
+                ops.append((KIND_ID[JITTER_KINDS[k]], rng.uniform(max(0.0, 1 - strengths[k]), 1 + strengths[k])))
     return ops
 
 

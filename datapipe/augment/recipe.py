@@ -36,6 +36,7 @@ MEAN_RANGE = (0.0, 1.0)  # a mean of 0..1-scale pixels
 CROP_PCT_RANGE = (0.25, 1.0)
 RATIO_RANGE = (1 / MAX_ASPECT, float(MAX_ASPECT))  # crop aspect ratios: the images' own bound (geometry)
 MAX_ALPHA = 100.0  # mixup/cutmix beta alpha: timm's recipes use 0.1..1; Beta(100, 100) is already 0.5 +- 0.04
+MAX_HUE = 0.5  # colour jitter's hue: shifts drawn in [-h, h] of the hue circle
 MAX_JITTER = 10.0  # colour jitter strength: factors drawn in [max(0, 1 - s), 1 + s]; timm's default is 0.4
 MAX_MAGNITUDE = 100.0  # auto-augment m and mmax: timm's levels run 0..10 (mmax may stretch them)
 MAX_ERASE_COUNT = 32  # re_count: timm's max_count, 1..3 in its recipes; each box is drawn per record
@@ -53,6 +54,7 @@ class AutoAugment:
     magnitude_std: float = 0.0
     magnitude_max: float = 10.0
     increasing: bool = False
+    weights: int | None = None  # `-wN`: timm's op choice weights N (only 0 exists), n ops without replacement
 
 
 @functools.lru_cache(maxsize=64)
@@ -67,7 +69,8 @@ def parse_auto_augment(text: str) -> AutoAugment:
         raise ValueError(f"auto_augment={shown(text)}: unknown policy {shown(parts[0])}; timm's grammar starts "
                          f"with one of {AA_POLICIES} (e.g. 'rand-m9-mstd0.5-inc1')")
     spec: dict[str, Any] = {"policy": policy}
-    keys = {"m": "magnitude", "n": "num_ops", "mstd": "magnitude_std", "mmax": "magnitude_max", "inc": "increasing"}
+    keys = {"m": "magnitude", "n": "num_ops", "mstd": "magnitude_std", "mmax": "magnitude_max", "inc": "increasing",
+            "w": "weights"}
     allowed = {"rand": set(keys), "trivialaugment": set()}.get(policy, {"mstd"})
     for part in parts[1:]:
         match = re.fullmatch(r"([a-z]+)(\d+(?:\.\d+)?)", part)
@@ -80,7 +83,9 @@ def parse_auto_augment(text: str) -> AutoAugment:
         elif not math.isfinite(value):  # 400 digits read as inf
             raise ValueError(f"auto_augment={shown(text)}: {shown(part)} is past any float; m and mmax are "
                              f"within 0..{MAX_MAGNITUDE:g}, n within 1..{MAX_AUGMENT_OPS}")
-        spec[key] = bool(int(value)) if key == "increasing" else int(value) if key == "num_ops" else value
+        if key == "weights" and value != 0:
+            raise ValueError(f"auto_augment={shown(text)}: {shown(part)}: timm has one set of op weights, w0")
+        spec[key] = bool(int(value)) if key == "increasing" else int(value) if key in ("num_ops", "weights") else value
     if not 1 <= spec.get("num_ops", 2) <= MAX_AUGMENT_OPS:
         raise ValueError(f"auto_augment={shown(text)}: n must be within 1..{MAX_AUGMENT_OPS} ops per image")
     for key, letter in (("magnitude", "m"), ("magnitude_max", "mmax")):
@@ -166,19 +171,19 @@ class Recipe:
         return found
 
     @staticmethod
-    def _jitter(value: Any) -> tuple[float, float, float] | None:
-        """None (off), or (brightness, contrast, saturation) from one number or three; timm's 4th, hue, if 0."""
-        note = " (brightness, contrast, saturation; one number: all three)"
+    def _jitter(value: Any) -> tuple[float, ...] | None:
+        """None (off), or (brightness, contrast, saturation[, hue]) from one number, three or four (timm's
+        color_jitter; a hue of 0 is dropped, so the three factors' draws stay as they were without it)."""
+        note = " (brightness, contrast, saturation[, hue]; one number: the first three)"
         if value is None or (is_real(value) and value == 0):
             return None
         if is_real(value) or isinstance(value, (str, bytes)):
             return (real("color_jitter", value, 0, MAX_JITTER, note=note),) * 3
         items = tuple(value) if isinstance(value, Iterable) else value
         if isinstance(items, tuple) and len(items) == 4:
-            if items[3] != 0:
-                raise ValueError(f"color_jitter is one float or (brightness, contrast, saturation), each >= 0; "
-                                 f"got {shown(value)} (hue jitter is not supported yet)")
-            items = items[:3]
+            hue = real("color_jitter's hue", items[3], 0, MAX_HUE, note=" (torchvision: a shift within -0.5..0.5)")
+            factors = reals("color_jitter", items[:3], 3, 0, MAX_JITTER, note=note)
+            return factors + (hue,) if hue > 0 else factors
         return reals("color_jitter", items, 3, 0, MAX_JITTER, note=note)  # type: ignore[return-value]
 
     @property
@@ -186,7 +191,7 @@ class Recipe:
         return parse_auto_augment(self.auto_augment) if self.auto_augment else None
 
     @property
-    def jitter(self) -> tuple[float, float, float] | None:
+    def jitter(self) -> tuple[float, ...] | None:
         """The colour jitter in use: none when auto_augment is set (timm's create_transform)."""
         return None if self.auto_augment else self.color_jitter  # type: ignore[return-value]
 

@@ -8,7 +8,8 @@ import collections
 import pytest
 
 from datapipe.augment import PRESETS, Recipe, parse_auto_augment, plan_erase, plan_sample, resolve_recipe
-from datapipe.augment.ops import KIND_ID, KINDS, RAND_INCREASING_OPS, TIMM_OPS
+from datapipe.augment.ops import KIND_ID, KINDS, TIMM_OPS
+from datapipe.augment.policies import RAND_INCREASING_OPS
 from datapipe.augment.plan import SamplePlan, fill_color, ops_row
 from datapipe.augment.plan import random_resized_crop, sample_rng
 from datapipe.geometry import Crop
@@ -146,7 +147,7 @@ def test_auto_augment_grammar():
     (dict(re_count=1.5), r"re_count must be within 1..32 \(an int"), (dict(aug_repeats=0), "aug_repeats must be within 1..16"),
     (dict(mean=0.5), "mean must be 3 finite numbers"), (dict(std=(0.2, 0.2, 0)), r"std must be 3 finite numbers, each within \[0.0001, 1\]"),
     (dict(crop_pct="1"), "crop_pct must be a finite number"), (dict(auto_augment="rand-m9-n5"), "n must be within 1..4"), (dict(re_mode="noise"), "re_mode must be one of"),
-    (dict(color_jitter=(0.4, 0.4, 0.4, 0.1)), "hue jitter is not supported"), (dict(crop_pct=0), "crop_pct"),
+    (dict(color_jitter=(0.4, 0.4, 0.4, 0.7)), "hue must be"), (dict(crop_pct=0), "crop_pct"),
     (dict(mix_mode="pair"), "'pair' is not supported"),
 ])
 def test_bad_recipe_fields_are_named(fields, message):

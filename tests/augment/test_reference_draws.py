@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from datapipe.augment.ops import TIMM_OPS, TRIVIAL_OPS
+from datapipe.augment.ops import TABLE, TIMM_OPS
+from datapipe.augment.policies import TRIVIAL_ORDER
 from datapipe.augment.batch_plan import _cut_box
 from datapipe.augment.plan import _trivial
 
@@ -56,8 +57,8 @@ class Scripted(random.Random):
 def test_trivial_augment_magnitudes_are_torchvisions_float32_bins(kind):
     """torchvision: magnitudes = torch.linspace(first, last, 31) (float32); translate shifts by
     int(magnitude) px: bin 15 of 0..32 is 15.999999, a 15 px shift (16 before)."""
-    op = next(i for i, entry in enumerate(TRIVIAL_OPS) if entry[0] == kind)
-    _, first, last, _ = TRIVIAL_OPS[op]
+    op = TRIVIAL_ORDER.index(kind)
+    first, last = TABLE[kind].trivial.first, TABLE[kind].trivial.last
     bins = torch.linspace(float(first), float(last), 31).tolist()
     for step in range(31):
         _, value = _trivial(Scripted([op, step]))
@@ -75,3 +76,60 @@ def test_the_written_out_bins_are_torchs_linspace():
 
     for (first, last), bins in BINS.items():
         assert list(bins) == torch.linspace(first, last, 31).tolist()
+
+
+def test_weighted_randaugment_draws_timms_w0_without_replacement():
+    """`-w0`: timm's _RAND_CHOICE_WEIGHTS_0 over the op list, n ops without replacement (np.random.choice
+    replace=False): never Posterize or Invert, never one op twice, frequencies as the weights."""
+    from collections import Counter
+
+    from datapipe.augment.plan import _rand_choice
+    from datapipe.augment.recipe import parse_auto_augment
+    from datapipe.augment.policies import RAND_CHOICE_WEIGHTS
+
+    augment = parse_auto_augment("rand-m9-n2-w0")
+    draws = [_rand_choice(augment, random.Random(seed)) for seed in range(20_000)]
+    assert all(len(set(names)) == 2 for names in draws)
+    first = Counter(names[0] for names in draws)
+    weights = RAND_CHOICE_WEIGHTS[0]
+    assert set(first) == {name for name, w in weights.items() if w > 0}
+    for name, w in weights.items():
+        assert first[name] / len(draws) == pytest.approx(w / sum(weights.values()), abs=0.01), name
+    reference = np.random.default_rng(0)
+    names = list(weights)
+    p = np.array([weights[n] for n in names]) / sum(weights.values())
+    pairs = Counter(tuple(reference.choice(names, 2, replace=False, p=p)) for _ in range(20_000))
+    ours = Counter(tuple(d) for d in draws)
+    assert ours[("Rotate", "ShearX")] / 20_000 == pytest.approx(pairs[("Rotate", "ShearX")] / 20_000, abs=0.01)
+    with pytest.raises(ValueError, match="one set of op weights, w0"):
+        parse_auto_augment("rand-m9-w1")
+
+
+def test_hue_jitter_shifts_as_torchvisions_adjust_hue():
+    """The 4th color_jitter value: factor uniform in [-h, h], PIL's hue byte shifted by
+    np.array(factor * 255).astype(np.uint8) (int(factor * 255) wrapped); 0 keeps the 3-factor draws."""
+    from datapipe.augment import Recipe, plan_sample
+    from datapipe.augment.ops import KIND_ID
+
+    with_hue, without = Recipe(color_jitter=(0.4, 0.4, 0.4, 0.25)), Recipe(color_jitter=(0.4, 0.4, 0.4, 0))
+    assert without == Recipe(color_jitter=0.4)
+    shifts = [v for i in range(2000) for k, v in plan_sample(with_hue, 0, 0, i, 64, 90, 80).ops if k == KIND_ID["hue"]]
+    assert len(shifts) == 2000 and all(v == int(v) and 0 <= v <= 255 for v in shifts)
+    assert max(v for v in shifts if v < 128) == 63 and min(v for v in shifts if v >= 128) == 256 - 63
+    for factor in (-0.25, -0.1, 0.0, 0.13, 0.25):
+        assert int(factor * 255) % 256 == int(np.array(factor * 255).astype(np.int64).astype(np.uint8))
+    with pytest.raises(ValueError, match="hue"):
+        Recipe(color_jitter=(0.4, 0.4, 0.4, 0.6))
+
+
+def test_the_hue_kernel_is_pils_hsv_shift():
+    from PIL import Image
+
+    from datapipe.augment.cpu import hue
+
+    pixels = np.random.default_rng(1).integers(0, 256, (16, 16, 3), dtype=np.uint8)
+    h, s, v = Image.fromarray(pixels).convert("HSV").split()
+    shifted = Image.fromarray((np.array(h) + np.uint8(200)).astype(np.uint8), "L")
+    expected = np.array(Image.merge("HSV", (shifted, s, v)).convert("RGB"))
+    out = hue(torch.from_numpy(pixels).permute(2, 0, 1).contiguous(), 200)
+    assert np.array_equal(out.permute(1, 2, 0).numpy(), expected) and not np.array_equal(expected, pixels)

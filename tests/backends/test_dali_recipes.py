@@ -15,9 +15,9 @@ pytest.importorskip("nvidia.dali")
 from datapipe import make_loader, open_dataset  # noqa: E402
 from datapipe.augment import PRESETS, Recipe  # noqa: E402
 from datapipe.augment.cpu import apply_ops as cpu_apply_ops  # noqa: E402
-from datapipe.augment.dali import INTERP_CODES, Context, OpLayout, apply_ops, op_layout, slot_matrices  # noqa: E402
+from datapipe.augment.dali import INTERP_CODES, Context, apply_ops, slot_matrices  # noqa: E402
 from datapipe.augment.ops import KIND_ID, KINDS  # noqa: E402
-from datapipe.augment.plan import fill_color, ops_row, plan_sample  # noqa: E402
+from datapipe.augment.plan import OpBounds, fill_color, op_bounds, ops_row, plan_sample  # noqa: E402
 from datapipe.backends.dali.source import EpochTable, PlannedSource, ViewSettings  # noqa: E402
 from datapipe.layout import image_dims  # noqa: E402
 from datapipe.sharding import EpochPlan, record_of  # noqa: E402
@@ -31,13 +31,14 @@ SMALL = dict(batch_size=6, image_size=40, num_workers=1, seed=3, device="cpu")
 # grayscale; auto_contrast 0.001 (float32 vs PIL's doubles), rotate 0.0006, shear 0.01, translate_y
 # 0.08 (rounding of .5 results), equalize 0.25 (rebuilt from DALI's OpenCV-style one, <= 1 level), translate_x
 # 0.28 with 0.4% off by more than 2 levels: the pixel whose centre maps exactly onto the right edge,
-# which PIL and DALI fill and augment.cpu samples (`grid.abs() <= 1`); "chain" (two slots) 0.04.
+# which PIL and DALI fill and augment.cpu samples (`grid.abs() <= 1`); "chain" (two slots) 0.04; hue
+# 0.0017 with 0.03% off by more than 2 levels (PIL's HSV in float32 arithmetic: a hue byte at a rounding edge).
 KIND_TOLERANCE = {
     "auto_contrast": (0.01, 0.0), "equalize": (0.5, 0.001), "invert": (0.0, 0.0), "rotate": (0.01, 0.001),
     "posterize": (0.0, 0.0), "solarize": (0.0, 0.0), "solarize_add": (0.0, 0.0), "color": (0.0, 0.0),
     "contrast": (0.0, 0.0), "brightness": (0.0, 0.0), "sharpness": (0.0, 0.0), "shear_x": (0.03, 0.001),
     "shear_y": (0.03, 0.001), "translate_x": (0.5, 0.006), "translate_y": (0.2, 0.001), "vflip": (0.0, 0.0),
-    "grayscale": (0.0, 0.0), "chain": (0.1, 0.001),
+    "grayscale": (0.0, 0.0), "hue": (0.01, 0.001), "chain": (0.1, 0.001),
 }
 # Parameters per kind: timm's and TrivialAugmentWide's ranges and their ends.
 CASES = {
@@ -45,22 +46,24 @@ CASES = {
     "solarize_add": (20, 110), "color": (0.1, 0.6, 1.5, 1.9), "contrast": (0.1, 0.6, 1.5, 1.9),
     "brightness": (0.1, 0.6, 1.5, 1.9), "sharpness": (0.1, 0.6, 1.5, 1.99), "shear_x": (-0.3, 0.17, 0.99),
     "shear_y": (0.3, -0.17, -0.99), "translate_x": (-32, 10.5, 3.25, 70), "translate_y": (32, -10.5, -3.25, -70),
+    "hue": (10, 64, 128, 200, 250),
 }
 CHAINS = (("color", 1.5, "rotate", 20.0), ("rotate", 20.0, "solarize", 128.0), ("solarize", 128.0, "rotate", 20.0),
           ("equalize", 0.0, "shear_x", -0.2), ("vflip", 0.0, "translate_x", 9.0), ("grayscale", 0.0, "contrast", 1.7))
 FILL = fill_color(PRESETS["deit"])  # timm's img_mean fill (124, 116, 104), as the RandAugment presets have it
 AUGMENTED = Recipe(auto_augment="rand-m9-mstd0.5-inc1")  # ops, no batch stage: images compare per record
 RECIPES = {**PRESETS, "v0": Recipe(auto_augment="v0"), "original": Recipe(auto_augment="original"),
-           "jitter+gray+vflip": Recipe(color_jitter=0.4, grayscale_prob=0.3, vflip=0.5, interpolation="random")}
+           "jitter+gray+vflip": Recipe(color_jitter=0.4, grayscale_prob=0.3, vflip=0.5, interpolation="random"),
+           "hue": Recipe(color_jitter=(0.4, 0.4, 0.4, 0.2)), "w0": Recipe(auto_augment="rand-m9-n3-mstd0.5-w0")}
 
 
 # ---- (a) the source sends the planner's rows ----
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
-def test_the_op_layout_holds_every_kind_and_count_the_planner_draws(name):
-    """op_layout(recipe) is what the graph builds: it must hold every draw, and (so no kind is built
+def test_the_op_bounds_holds_every_kind_and_count_the_planner_draws(name):
+    """op_bounds(recipe) is what the graph builds: it must hold every draw, and (so no kind is built
     for nothing) every kind it names is drawn."""
-    recipe, layout = RECIPES[name], op_layout(RECIPES[name])
+    recipe, layout = RECIPES[name], op_bounds(RECIPES[name])
     drawn, most = set(), 0
     for seed in range(3000):
         ops = plan_sample(recipe, seed, 0, 0, 64, 64, 64).ops
@@ -81,7 +84,7 @@ def test_the_source_sends_the_planners_rows(packed_lmdb, tmp_path, name):
     plan = EpochPlan(len(dataset), 4, seed=seed, shuffle=True, repeats=recipe.aug_repeats)
     table = EpochTable.create(tmp_path)
     source = PlannedSource(dataset, plan, table, ViewSettings(32, True, seed, False, True, recipe))
-    assert ("ops" in source.outputs) == (op_layout(recipe).slots > 0)
+    assert ("ops" in source.outputs) == (op_bounds(recipe).slots > 0)
     sent_ops = 0
     for dali_epoch, epoch in enumerate((0, 3)):
         table.write(dali_epoch, epoch, plan.encode(0), size=size)
@@ -102,7 +105,7 @@ def test_the_source_sends_the_planners_rows(packed_lmdb, tmp_path, name):
                     sent_ops += len(expected.ops)
                 else:
                     assert expected.ops == ()
-    assert sent_ops > 0 or op_layout(recipe).slots == 0
+    assert sent_ops > 0 or op_bounds(recipe).slots == 0
 
 
 # ---- (b) per kind: DALI's pixels vs augment.cpu's ----
@@ -120,7 +123,7 @@ def run_graph(images: list[torch.Tensor], op_lists: list[tuple], fill=FILL) -> l
     def graph():
         x = fn.external_source(source=[batch], layout="HWC")
         row, matrix = fn.external_source(source=[rows]), fn.external_source(source=[matrices])
-        return apply_ops(x, row, matrix, OpLayout(slots, KINDS), Context(fill=fill))
+        return apply_ops(x, row, matrix, OpBounds(slots, tuple(KINDS)), Context(fill=fill))
 
     pipe = graph()
     pipe.build()
@@ -274,3 +277,43 @@ def test_bad_output_type_is_a_value_error():
     with pytest.raises(ValueError, match="output must be one of"):
         build_pipeline(SimpleNamespace(outputs=()), batch_size=2, threads=1, py_workers=1, device_id=None,
                        start_method="fork", seed=0, channels_last=False, output="int8")
+
+
+# ---- (c) a new op is one declaration ----
+
+@pytest.fixture
+def declared():
+    """`declare` for a test: the op table as it was afterwards."""
+    from datapipe.augment import ops
+
+    kept = (list(ops.KINDS), dict(ops.KIND_ID), dict(ops.TABLE), dict(ops.TIMM_OPS))
+    yield ops.declare
+    ops.KINDS[:] = kept[0]
+    for table, old in zip((ops.KIND_ID, ops.TABLE, ops.TIMM_OPS), kept[1:]):
+        table.clear()
+        table.update(old)
+
+
+def test_a_made_up_op_is_one_declaration_run_by_both_appliers(photos, declared):
+    """A kind declared here alone (kernels side by side, a timm-style name and magnitude rule) is
+    drawn by name, applied by augment.cpu and by the DALI graph, with the same pixels."""
+    from datapipe.augment.ops import Kind, OpSpec
+
+    def lift_cpu(image, value, fill):
+        return (image.to(torch.int16) + int(value)).clamp_(0, 255).to(torch.uint8)
+
+    def lift_dali(x, value, matrix, context):
+        from nvidia.dali import math as dmath
+        return dmath.clamp(x + dmath.floor(context.scalar(value)), 0.0, 255.0)
+
+    declared(Kind("lift", "levels added, saturating", lift_cpu, lift_dali,
+                  timm={"Lift": OpSpec("lift", lambda m, size: int(m * 4))}))
+    from datapipe.augment.ops import KIND_ID, TIMM_OPS
+
+    value = TIMM_OPS["Lift"].level(9, 64)
+    ops = ((KIND_ID["lift"], float(value)), (KIND_ID["invert"], 0.0))
+    expected = [cpu_apply_ops(photo, ops) for photo in photos]
+    assert all(torch.equal(e, 255 - (p.to(torch.int16) + 36).clamp(0, 255).to(torch.uint8))
+               for e, p in zip(expected, photos))
+    for out, want in zip(run_graph(photos, [ops] * len(photos)), expected):
+        assert torch.equal(out, want)

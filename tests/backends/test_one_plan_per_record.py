@@ -15,11 +15,13 @@ import pytest
 import torch
 
 from datapipe import make_loader, open_dataset
-from datapipe.augment import PRESETS
+from datapipe.augment import PRESETS, Recipe
 from datapipe.augment import plan as planner
 from datapipe.sharding import record_of
 
 BACKENDS = ["threads", "dataloader", "prefetch", "dali"]
+RECIPES = {**PRESETS, "hue": Recipe(color_jitter=(0.4, 0.4, 0.4, 0.3), grayscale_prob=0.2),
+           "w0": Recipe(auto_augment="rand-m9-n3-mstd0.5-inc1-w0", vflip=0.5)}
 SMALL = dict(batch_size=4, image_size=32, num_workers=2, seed=5, dtype=torch.uint8)
 
 
@@ -76,12 +78,13 @@ def test_each_backend_draws_one_plan_per_record(packed_lmdb, backend, plan_log, 
         assert all((plan.crop is not None) == train for *_, plan in plans)
 
 
-@pytest.mark.parametrize("preset", sorted(PRESETS))
+@pytest.mark.parametrize("preset", sorted(RECIPES))
 def test_every_backend_uses_the_same_plan_per_record(packed_lmdb, preset, plan_log, within):
-    """The ★ property by construction: per record, the plan each backend drew is the same value."""
+    """The ★ property by construction: per record, the plan each backend drew is the same value
+    (every preset, hue jitter, weighted RandAugment)."""
     used = {}
     for backend in BACKENDS:
-        _, plans = served_epoch(packed_lmdb, backend, PRESETS[preset], plan_log)
+        _, plans = served_epoch(packed_lmdb, backend, RECIPES[preset], plan_log)
         used[backend] = {key: plan for _, key, _, plan in plans}
         assert len(used[backend]) == len(plans) >= 8  # one plan per record
     reference = used["threads"]

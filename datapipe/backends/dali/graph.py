@@ -7,8 +7,8 @@ operator, so the augmentation of a record depends on (seed, epoch, record) only,
 the worker or a resume."""
 from __future__ import annotations
 
-from ...augment.dali import Context, OpLayout, apply_ops, op_layout
-from ...augment.plan import fill_color
+from ...augment.dali import Context, apply_ops
+from ...augment.plan import OpBounds, fill_color, op_bounds
 from ...augment.recipe import Recipe
 
 # nvJPEG's buffers sized once, up front, in training pipelines, with the values DALI's ResNet-50
@@ -74,7 +74,7 @@ def build_pipeline(source, *, batch_size: int, threads: int, py_workers: int, de
     if output not in OUTPUT_TYPES:
         raise ValueError(f"output must be one of {OUTPUT_TYPES}, got {output!r}")
     cuda = device_id is not None
-    layout = op_layout(recipe if "ops" in source.outputs else None)
+    layout = op_bounds(recipe if "ops" in source.outputs else None)
     recipe = recipe or Recipe()
     pipe = pipeline_def(_graph)(
         source=source, cuda=cuda, output=output, channels_last=channels_last, layout=layout,
@@ -86,7 +86,7 @@ def build_pipeline(source, *, batch_size: int, threads: int, py_workers: int, de
     return track(pipe)  # a forked child never shuts it down (forking.py)
 
 
-def _graph(source, cuda: bool, output: str, channels_last: bool, layout: OpLayout, context: Context, mean, std,
+def _graph(source, cuda: bool, output: str, channels_last: bool, layout: OpBounds, context: Context, mean, std,
            decoder: dict, py_workers: int):
     """The graph (pipeline_def's function): source, decode the ROI, resize, window, ops, normalize."""
     from nvidia.dali import fn, types

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from ...augment.dali import INTERP_CODES, op_layout, slot_matrices
+from ...augment.dali import INTERP_CODES, slot_matrices
 from ...augment import plan as planner
-from ...augment.plan import Op, SamplePlan, ops_row
+from ...augment.plan import Op, SamplePlan, op_bounds, ops_row
 from ...augment.recipe import Recipe
 from ...formats.base import Dataset
 from ...geometry import ViewGeometry, view_of
@@ -171,7 +171,7 @@ class PlannedSource:
     def __init__(self, dataset: Dataset, plan: EpochPlan | ShardPlan, table: EpochTable, settings: ViewSettings,
                  fields: FieldSpec | None = None) -> None:
         self.dataset, self.plan, self.table, self.settings, self.fields = dataset, plan, table, settings, fields
-        self.sends_ops = settings.train and op_layout(settings.recipe).slots > 0
+        self.sends_ops = settings.train and op_bounds(settings.recipe).slots > 0
         self.outputs = (RECORD_OUTPUTS + VIEW_OUTPUTS + (OP_OUTPUTS if self.sends_ops else ()) + ("replaced",)
                         + (FIELD_OUTPUTS if fields is not None else ()))
         self._maker_pid = os.getpid()  # kept through pickling: a spawned worker compares its own with it
