@@ -216,7 +216,14 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                         "cutmix, --smoothing) carries its own smoothing and is not smoothed again")
     p.add_argument("--model-ema", action="store_true", help="keep an EMA of the weights, saved and evaluated too")
     p.add_argument("--model-ema-decay", type=float, help="default: 0.9998")
-    p.add_argument("--image-size", type=int, help="default: 224")
+    p.add_argument("--image-size", metavar="N|MIN:MAX",
+                   help="train size: N px, or MIN:MAX, FFCV's ramp over the run (from 3/4 to 7/8 of --epochs, by "
+                        "32 px); default: the recipe's (ffcv-rn50 160:192, rsb-a3 160, tv-v2 176, else 224)")
+    p.add_argument("--image-size-schedule", metavar="FILE",
+                   help='train sizes from a JSON file: {"0": 128, "10": 160} (epoch: size from then on) or a list, one '
+                        "size an epoch (the last continues); instead of --image-size")
+    p.add_argument("--eval-size", type=int, metavar="N", help="val size (FixRes: larger than train); default: the "
+                   "recipe's with its train sizes (ffcv-rn50 256, rsb-a3 and tv-v2 224), else the last train size")
     p.add_argument("--backend", choices=["auto", "threads", "dataloader", "prefetch", "dali"], help="default: auto")
     p.add_argument("--amp", choices=["bf16", "fp16", "off"], help="default: bf16 where the GPU supports it, else off")
     p.add_argument("--accum-steps", type=int, help="gradient accumulation steps; default: 1")

@@ -26,6 +26,8 @@ def run_train(args: argparse.Namespace) -> int:
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)}
     if hasattr(args, "no_channels_last"):
         given["channels_last"] = False
+    if hasattr(args, "image_size_schedule"):
+        given["image_size"] = size_schedule_file(args)
     saved = run_settings(given["resume"]) if given.get("resume") else {}
     recipe = train_recipe(args, saved)
     if recipe is not None:
@@ -52,6 +54,22 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"epoch {last['epoch']}: loss {last['train_loss']:.4f}, val_acc {acc}, "
               f"{last['images_per_s']:.0f} img/s, data wait {last['data_wait_pct']:.1f}% ({last['backend']})")
     return 0
+
+
+def size_schedule_file(args: argparse.Namespace) -> object:
+    """--image-size-schedule FILE's JSON ({epoch: size} or a list of sizes), checked by TrainConfig."""
+    import json
+
+    if hasattr(args, "image_size"):
+        raise ValueError("--image-size and --image-size-schedule both give the train sizes: keep one")
+    path = args.image_size_schedule
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError) as exc:  # a missing file, not JSON, not UTF-8
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ValueError(f"--image-size-schedule {path}: cannot read it as JSON ({why}); give a file holding "
+                         '{"0": 160, "10": 192} (epoch: size) or a list of sizes, one an epoch') from None
 
 
 def after_preemption(stop, args: argparse.Namespace, environ) -> str:

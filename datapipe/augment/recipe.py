@@ -226,21 +226,46 @@ class Recipe:
 # The presets, each from its own source (docs/augmentation.md has the table and the links).
 PRESETS: dict[str, Recipe] = {
     "default": Recipe(name="default"),
-    # timm ResNet Strikes Back A3 (arXiv 2110.00476, timm's train args): 160 px train, 224 test.
+    # timm ResNet Strikes Back A3 (arXiv 2110.00476, timm's train args); 160 px train, 224 test: PRESET_SIZES.
     "rsb-a3": Recipe(name="rsb-a3", interpolation="bicubic", auto_augment="rand-m6-mstd0.5-inc1",
                      mixup_alpha=0.1, cutmix_alpha=1.0, crop_pct=0.95, eval_interpolation="bicubic"),
     # DeiT (facebookresearch/deit main.py defaults).
     "deit": Recipe(name="deit", interpolation="bicubic", auto_augment="rand-m9-mstd0.5-inc1", re_prob=0.25,
                    re_mode="pixel", mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5, label_smoothing=0.1,
                    aug_repeats=3, crop_pct=0.875, eval_interpolation="bicubic"),
-    # FFCV ResNet-50 (ffcv-imagenet rn50 configs): crop + flip, resolution ramp 160 -> 192, smoothing.
+    # FFCV ResNet-50 (ffcv-imagenet rn50 configs): crop + flip, smoothing; its 160 -> 192 ramp and 256 eval
+    # are in PRESET_SIZES.
     "ffcv-rn50": Recipe(name="ffcv-rn50", label_smoothing=0.1, crop_pct=224 / 256),
     # torchvision's "new recipe" ResNet-50 V2 (torchvision references/classification, IMAGENET1K_V2).
     "tv-v2": Recipe(name="tv-v2", auto_augment="ta_wide", re_prob=0.1, re_mode="const", mixup_alpha=0.2,
                     cutmix_alpha=1.0, label_smoothing=0.1, aug_repeats=4, crop_pct=224 / 232),
 }
-# The train sizes those recipes use (the loader's image_size is the user's to set).
-PRESET_TRAIN_SIZES = {"rsb-a3": 160, "deit": 224, "ffcv-rn50": 160, "tv-v2": 176, "default": 224}
+
+
+@dataclass(frozen=True)
+class PresetSizes:
+    """The image sizes a preset's authors trained and evaluated at. `train`: a size, or "MIN:MAX" for
+    FFCV's ramp over the run (datapipe.augment.resolution.ffcv_ramp); `eval`: None evaluates at the last
+    train size. `datapipe train` serves them when --image-size and --eval-size are not given."""
+
+    train: int | str
+    eval: int | None = None
+
+
+PRESET_SIZES: dict[str, PresetSizes] = {
+    "default": PresetSizes(224),
+    "rsb-a3": PresetSizes(160, eval=224),  # RSB A3: train 160, test 224 (arXiv 2110.00476, table 1)
+    "deit": PresetSizes(224),
+    # ffcv-imagenet rn50 configs: min_res 160, max_res 192 (start_ramp/end_ramp scaled: ffcv_ramp),
+    # validation.resolution 256 through a 224/256 centre crop (crop_pct above)
+    "ffcv-rn50": PresetSizes("160:192", eval=256),
+    "tv-v2": PresetSizes(176, eval=224),  # torchvision: --train-crop-size 176, --val-resize-size 232 (crop 224)
+}
+
+
+def preset_sizes(recipe: Recipe) -> PresetSizes:
+    """The sizes of a recipe's preset (a preset changed by flags, "deit+", keeps them); the default's else."""
+    return PRESET_SIZES.get(recipe.name.rstrip("+"), PRESET_SIZES["default"])
 
 
 def resolve_recipe(recipe: "Recipe | str | None", **overrides: Any) -> Recipe:

@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..augment.recipe import PRESETS, Recipe, resolve_recipe
-from ..augment.resolution import check_image_size
+from ..augment.recipe import PRESETS, Recipe, preset_sizes, resolve_recipe
+from ..augment.resolution import SizeSteps, check_image_size, last_size, run_sizes, size_steps
 from ..checks import MAX_SEED, integer, real
 
 AMP_MODES = ("bf16", "fp16", "off")
@@ -27,7 +27,7 @@ HARD_LABEL_SMOOTHING = 0.1  # the loss's smoothing of integer labels when label_
 # What defines a run's course: a resume from the command line keeps the checkpoint's values of these
 # unless they are given again (datapipe.train.checkpoint.run_settings); the Trainer follows its config.
 RUN_SETTINGS = ("model", "epochs", "batch_size", "lr", "momentum", "weight_decay", "label_smoothing",
-                "warmup_epochs", "image_size", "amp", "accum_steps", "seed", "skip_nonfinite",
+                "warmup_epochs", "image_size", "eval_size", "amp", "accum_steps", "seed", "skip_nonfinite",
                 "checkpoint_activations", "channels_last", "recipe", "opt", "model_ema", "model_ema_decay",
                 "warmup_lr", "min_lr")
 
@@ -61,7 +61,10 @@ class TrainConfig:
     recipe: Recipe = PRESETS["default"]
     model_ema: bool = False
     model_ema_decay: float = 0.9998
-    image_size: int = 224
+    # None: the recipe's preset sizes (PRESET_SIZES). A size, "MIN:MAX" (FFCV's ramp over the run), {epoch: size}
+    # or a list of sizes, one an epoch (datapipe.augment.resolution.run_sizes); kept as an int or {epoch: size}.
+    image_size: Any = None
+    eval_size: int | None = None  # None: the preset's eval size with its train sizes, else the last train size
     backend: str = "auto"
     amp: str | None = None
     accum_steps: int = 1
@@ -90,6 +93,7 @@ class TrainConfig:
         object.__setattr__(self, "lr", lr if self.lr is None else self.lr)
         object.__setattr__(self, "weight_decay", weight_decay if self.weight_decay is None else self.weight_decay)
         object.__setattr__(self, "recipe", as_recipe(self.recipe))
+        self._resolve_sizes()
         if not 0 <= self.min_lr <= self.lr or not 0 <= self.warmup_lr <= self.lr:
             raise ValueError(f"min_lr ({self.min_lr}) and warmup_lr ({self.warmup_lr}) must be within 0..lr ({self.lr})")
         if self.amp is not None and self.amp not in AMP_MODES:
@@ -101,7 +105,6 @@ class TrainConfig:
         (datapipe.checks), before anything is built: a bad value fails at the start, not at an epoch's end."""
         for name in ("epochs", "batch_size", "accum_steps", "log_every"):
             integer(name, getattr(self, name), 1)
-        check_image_size(self.image_size)
         integer("seed", self.seed, 0, MAX_SEED)
         for name, low in (("save_every", 0), ("max_steps", 1), ("workers", 0)):
             if getattr(self, name) is not None:
@@ -118,6 +121,22 @@ class TrainConfig:
             real("label_smoothing", self.label_smoothing, 0, 1, high_open=True)
         if self.cache_limit is not None:
             real("cache_limit", self.cache_limit, 1, note=" (bytes the shard cache may hold) or None")
+
+    def _resolve_sizes(self) -> None:
+        """image_size as plain data (an int or {first epoch: size}: a resume serves the same sizes whatever
+        its --epochs), eval_size as an int (FixRes: a preset may evaluate larger than it trains)."""
+        preset = preset_sizes(self.recipe)
+        given = self.image_size is not None
+        sizes = run_sizes(self.image_size if given else preset.train, self.epochs)
+        object.__setattr__(self, "image_size", sizes)
+        default = preset.eval if not given and preset.eval is not None else last_size(sizes)
+        object.__setattr__(self, "eval_size", check_image_size(default if self.eval_size is None else self.eval_size,
+                                                               "eval_size"))
+
+    @property
+    def train_sizes(self) -> "int | SizeSteps":
+        """What the train loader takes as image_size: the size, or the schedule (a function of the epoch)."""
+        return size_steps(self.image_size)
 
     def _check_smoothing(self) -> None:
         if (self.label_smoothing is not None and self.recipe.soft_targets

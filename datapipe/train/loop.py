@@ -25,8 +25,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..backends import Loader, make_loader
-from ..records import SplitNotFound
 from ..storage import redact
 from ..durable import write_text
 from . import checkpoint, metrics_log
@@ -36,6 +34,7 @@ from .config import RUN_SETTINGS, TrainConfig, hparams, warmup_cosine
 from .ddp import DistEnv, all_max, all_sum, gather_strings, setup, teardown
 from .ema import ModelEma
 from .guard import NonFiniteGuard
+from .loaders import build_loaders
 from .models import build_model
 from .objective import Criterion, count_correct
 from .out_lock import out_lock
@@ -82,15 +81,7 @@ class Trainer:
         saved = checkpoint.load(config.resume) if config.resume else None
         if saved is not None:  # before anything is built or written: a refusal is one line, nothing left behind
             checkpoint.refuse_another_course(saved, config)
-        common = dict(backend=config.backend, batch_size=config.batch_size, image_size=config.image_size,
-                      seed=config.seed, num_workers=config.workers, device=str(self.device),
-                      channels_last=config.channels_last, start_method=config.start_method,
-                      sampling=config.sampling, cache_dir=config.cache_dir, cache_limit=config.cache_limit,
-                      recipe=config.recipe)  # the train view, soft targets; the eval view (crop_pct) of val
-        # drop_last: a lone last sample breaks BatchNorm ("Expected more than 1 value per channel"),
-        # as in timm and the reference ImageNet scripts; evaluation keeps every sample.
-        self.loader: Loader = make_loader(config.data, split="train", train=True, drop_last=True, **common)
-        self.val_loader = self._val_loader(common)
+        self.loader, self.val_loader = build_loaders(config, self.device)
         model = build_model(config.model, len(self.loader.dataset.classes),
                             checkpoint_activations=config.checkpoint_activations).to(self.device)
         self.model = model.to(memory_format=torch.channels_last) if config.channels_last else model
@@ -132,15 +123,6 @@ class Trainer:
         log.info("recipe %s (%s labels), --opt %s, lr %.4g, weight decay %.4g%s", config.recipe.name,
                  "soft" if config.recipe.soft_targets else "integer", config.opt, config.lr, config.weight_decay,
                  f", model EMA decay {config.model_ema_decay}" if self.ema else "")
-
-    def _val_loader(self, common: dict[str, Any]) -> Loader | None:
-        """Evaluation is short: its DataLoader workers start per evaluation (a fork), so training
-        does not run beside a second idle set of persistent workers. DALI keeps its one pipeline."""
-        try:
-            return make_loader(self.config.data, split="val", train=False, persistent_workers=False, **common)
-        except SplitNotFound:
-            log.info("no val split: val_acc will be null")
-            return None
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.amp is None:
@@ -372,6 +354,7 @@ class Trainer:
                   "val_acc": val_acc, "ema_val_acc": ema_val_acc, "recipe": self.config.recipe.name, "images": int(images),
                   "images_per_s": images / max(seconds, 1e-9), "data_wait_pct": 100 * wait_share / self.env.world_size,
                   "world_size": self.env.world_size, "backend": self.loader.backend,
+                  "image_size": self.loader.image_size_at(self.epoch), "eval_size": self.config.eval_size,
                   "lr": self.scheduler.get_last_lr()[0], "steps": self.step, "seconds": seconds,
                   "nonfinite_losses": self.nonfinite + self.guard.check(self.epoch),
                   "skipped_steps": self.skipped + int(self.guard.skipped.item()),
