@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .ops import KIND_ID, LEVELS, kind_of
+from .ops import LEVELS, kind_of
 
 Image = torch.Tensor  # uint8, 3 x H x W
 
@@ -19,12 +19,8 @@ def apply_ops(image: Image, ops, *, fill: tuple[int, int, int] = (0, 0, 0)) -> I
     The affine ops sample bilinearly in every backend (DALI's warps have no cubic mode; timm uses
     the recipe's interpolation there): the one documented difference from timm's pixels."""
     for kind, value in ops:
-        if int(kind) != IDENTITY:
-            image = kind_of(kind).cpu(image, float(value), fill)
+        image = kind_of(kind).cpu(image, float(value), fill)
     return image
-
-
-IDENTITY = KIND_ID["identity"]
 
 
 def lut(image: Image, table) -> Image:
