@@ -27,7 +27,7 @@ def gpu_absent() -> str | None:
 
 def _checks(probe, device: torch.device, env: Mapping[str, str]) -> list[tuple[str, Callable[[], Result | list[Result]]]]:
     from ..backends import dali_installed
-    from . import amp, collective, decode, transfer
+    from . import amp, collective, decode, recipe_ops, transfer
 
     checks: list[tuple[str, Callable[[], Result | list[Result]]]] = [
         ("nvjpeg_hardware", lambda: decode.hardware_decoder_result(*decode.hardware_decoder_status(),
@@ -36,10 +36,12 @@ def _checks(probe, device: torch.device, env: Mapping[str, str]) -> list[tuple[s
         for load in HW_LOADS:
             checks.append((f"dali_decode_hw{load:g}", lambda load=load: decode.dali_versus_cpu(probe, device, hw_decoder_load=load)))
             checks.append((f"dali_handoff_hw{load:g}", lambda load=load: decode.dali_handoff(probe, device, hw_decoder_load=load)))
+        checks.append(("recipe_ops", lambda: recipe_ops.recipe_op_results(device)))
     else:
         from ..backends.dali import pip_hint
 
-        checks.append(("dali_decode", lambda: Result("dali_decode", "skip", "DALI not installed", pip_hint())))
+        checks += [(name, lambda name=name: Result(name, "skip", "DALI not installed", pip_hint()))
+                   for name in ("dali_decode", "recipe_ops")]
     checks += [
         ("prefetch_batches", lambda: transfer.prefetch_matches_dataloader(probe, device)),
         ("prefetch_overlap", lambda: transfer.prefetch_overlap(probe, device)),

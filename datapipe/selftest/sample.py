@@ -11,7 +11,7 @@ import numpy as np
 CLASSES = 3
 
 
-def _texture(rng: np.random.Generator, width: int, height: int):
+def smooth_texture(rng: np.random.Generator, width: int, height: int):
     """A smooth random image (low-frequency noise over a gradient): it survives resampling by either
     decoder's filter almost unchanged, as photographs do, so decode differences stay visible."""
     from PIL import Image
@@ -32,7 +32,7 @@ def synthetic_folder(root: Path, *, images: int = 48, seed: int = 0) -> Path:
         folder = root / f"class{i % CLASSES}"
         folder.mkdir(parents=True, exist_ok=True)
         width, height = (int(v) for v in rng.integers(97, 401, size=2))
-        image = _texture(rng, width, height)
+        image = smooth_texture(rng, width, height)
         options: dict = {"quality": 90}
         if i % 6 == 5:
             options["progressive"] = True
