@@ -197,3 +197,37 @@ def test_doctor_names_the_cuda_11_dali_build_instead_of_calling_torch_a_cpu_buil
     assert dali_build_check([], None).status == "info" and "CPU build" in dali_build_check([], None).value
     assert "nvidia-dali-cuda110" in pip_hint("11.8") and "cu12" not in pip_hint("11.8")
     assert "datapipe[dali-cu13]" in pip_hint("13.0") and "CPU build" in pip_hint("")
+
+
+def test_the_recipe_ops_case_runs_on_dalis_cpu_operators_one_passing_row_per_kind():
+    """The doctor's recipe case as `doctor --gpu` runs it (its entry in the check list), on DALI's
+    CPU operators: one row per kind of the op table and "chain", each within its tolerance."""
+    pytest.importorskip("nvidia.dali")
+    from datapipe.augment.ops import KINDS
+    from datapipe.selftest import _checks
+    from datapipe.selftest.recipe_ops import KIND_TOLERANCE
+
+    results = dict(_checks(None, CPU, {}))["recipe_ops"]()
+    assert [r.check for r in results] == [f"recipe_op_{kind}" for kind in (*KINDS[1:], "chain")]
+    assert all(r.status == "pass" for r in results) and exit_status(results) == 0, table(results)
+    doc = json.loads(json.dumps(document(results, {"gpu": None})))
+    rotate = next(r for r in doc["results"] if r["check"] == "recipe_op_rotate")["values"]
+    assert rotate["tolerance"] == list(KIND_TOLERANCE["rotate"]) and rotate["applier"] == "DALI's CPU operators"
+    assert rotate["mean"] <= KIND_TOLERANCE["rotate"][0] and rotate["change"] > 1
+
+
+def test_the_recipe_ops_case_fails_a_wrong_dali_kernel_naming_its_kind(monkeypatch):
+    """Control: solarize's DALI kernel swapped for invert's (a kernel linked to the wrong kind) fails
+    solarize's row and the chains that hold solarize, and no other."""
+    pytest.importorskip("nvidia.dali")
+    from dataclasses import replace
+
+    from datapipe.augment import ops
+    from datapipe.selftest.recipe_ops import recipe_op_results, synthetic_images
+
+    monkeypatch.setitem(ops.TABLE, "solarize", replace(ops.TABLE["solarize"], dali=ops.TABLE["invert"].dali))
+    results = recipe_op_results(CPU, synthetic_images(photos=1))
+    failing = {r.check: r for r in results if r.status == "fail"}
+    assert set(failing) == {"recipe_op_solarize", "recipe_op_chain"} and exit_status(results) == 1, table(results)
+    assert failing["recipe_op_solarize"].detail.startswith("solarize: DALI's CPU operators differ from the CPU applier")
+    assert "levels (tolerance 0)" in failing["recipe_op_solarize"].detail

@@ -122,6 +122,17 @@ def test_selftest_prefetcher_copy_amp_and_hardware_decoder_rows(probe):
     assert available is not None, how
 
 
+def test_selftest_recipe_ops_on_dalis_gpu_operators_match_the_cpu_applier():
+    """Each op kind on DALI's GPU operators (the images on the GPU before the ops, as the dali
+    backend's graph) against augment.cpu, within the tolerances measured on DALI's CPU operators."""
+    pytest.importorskip("nvidia.dali")
+    from datapipe.selftest.recipe_ops import recipe_op_results
+
+    results = recipe_op_results(torch.device("cuda", torch.cuda.current_device()))
+    failed = [r for r in results if r.status != "pass"]
+    assert len(results) > 10 and not failed, failed
+
+
 def test_doctor_gpu_end_to_end_json(tmp_path):
     """The one command a first GPU session runs: every row, none failed, exit status 0."""
     import json
