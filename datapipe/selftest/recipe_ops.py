@@ -62,9 +62,13 @@ class Agreement:
     share: float
     change: float
 
+    @property
+    def tolerance(self) -> tuple[float, float]:
+        return KIND_TOLERANCE.get(self.kind, (0.0, 0.0))  # a kind with none declared is held to exact
+
     def problem(self) -> str | None:
-        """Why this kind fails its tolerance (a kind with none declared is held to exact), else None."""
-        top_mean, top_share = KIND_TOLERANCE.get(self.kind, (0.0, 0.0))
+        """Why this kind fails its tolerance or the control, else None."""
+        top_mean, top_share = self.tolerance
         if self.mean > top_mean or self.share > top_share:
             return (f"mean {self.mean:.4f} levels (tolerance {top_mean:g}), {self.share:.3%} of values more than "
                     f"2 levels off (tolerance {top_share:.1%})")
@@ -160,14 +164,11 @@ def recipe_op_results(device: torch.device, images: Sequence[torch.Tensor] | Non
 
 
 def _result(agreement: Agreement, where: str) -> Result:
-    top_mean, top_share = KIND_TOLERANCE.get(agreement.kind, (0.0, 0.0))
+    (top_mean, top_share), problem = agreement.tolerance, agreement.problem()
     figure = (f"{agreement.mean:.4f} levels, {agreement.share:.3%} > 2 off (tolerance {top_mean:g}, "
               f"{top_share:.1%}); the op changes {agreement.change:.1f}")
     values = {"kind": agreement.kind, "mean": round(agreement.mean, 5), "share_over_2": round(agreement.share, 6),
               "change": round(agreement.change, 3), "tolerance": [top_mean, top_share], "applier": where}
-    problem = agreement.problem()
-    if problem:
-        return Result(f"recipe_op_{agreement.kind}", "fail", figure,
-                      f"{agreement.kind}: {where} differ from the CPU applier beyond docs/augmentation.md's "
-                      f"tolerance: {problem}", values)
-    return Result(f"recipe_op_{agreement.kind}", "pass", figure, values=values)
+    detail = (f"{agreement.kind}: {where} differ from the CPU applier beyond docs/augmentation.md's tolerance: "
+              f"{problem}") if problem else ""
+    return Result(f"recipe_op_{agreement.kind}", "fail" if problem else "pass", figure, detail, values)
