@@ -11,7 +11,7 @@ DEMO   ?= build/demo
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py datapipe/_jpeg_region.c datapipe/_normalize.c
+$(VENV)/.installed: pyproject.toml setup.py datapipe/_jpeg_region.c datapipe/_normalize.c datapipe/_warp.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH_SPEC)"

@@ -11,6 +11,11 @@ import torch.nn.functional as F
 
 from .ops import LEVELS, kind_of
 
+try:
+    from .. import _warp
+except ImportError:  # not built (setup.py's optional extension): torch's grid_sample does the warps
+    _warp = None
+
 Image = torch.Tensor  # uint8, 3 x H x W
 
 
@@ -128,7 +133,20 @@ def hue(image: Image, shift: int) -> Image:
 
 def affine(image: Image, matrix: tuple[float, ...], fill) -> Image:
     """PIL's Image.transform(AFFINE, (a, b, c, d, e, f)): the output pixel centred at (x, y) takes the
-    input at (a x + b y + c, d x + e y + f); pixels from outside the image get `fill`."""
+    input at (a x + b y + c, d x + e y + f); pixels from outside the image get `fill`. The compiled
+    warp (datapipe._warp: one pass on the uint8 pixels, double precision, the GIL released) where it
+    was built, else torch's grid_sample (the same rule in float32: a level apart at rounding edges)."""
+    if _warp is not None:
+        image = image.contiguous()
+        out = torch.empty_like(image)
+        _warp.warp_affine(image.numpy(), out.numpy(), image.shape[2], image.shape[1],
+                          tuple(float(v) for v in matrix), tuple(int(v) for v in fill))
+        return out
+    return affine_grid_sample(image, matrix, fill)
+
+
+def affine_grid_sample(image: Image, matrix: tuple[float, ...], fill) -> Image:
+    """affine() by torch's affine_grid and grid_sample (bilinear, border-clamped), float32."""
     _, h, w = image.shape
     a, b, c, d, e, f = matrix
     # the same map in grid_sample's coordinates (-1..1 over the pixels' outer edges, align_corners=False)

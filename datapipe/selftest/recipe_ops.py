@@ -26,8 +26,9 @@ from .report import Result
 # exact (0, 0): invert, posterize, solarize, solarize_add, color, contrast, brightness, sharpness, vflip,
 # grayscale; auto_contrast 0.001 (float32 vs PIL's doubles), rotate 0.0006, shear 0.01, translate_y
 # 0.08 (rounding of .5 results), equalize 0.25 (rebuilt from DALI's OpenCV-style one, <= 1 level), translate_x
-# 0.28 with 0.4% off by more than 2 levels: the pixel whose centre maps exactly onto the right edge,
-# which PIL and DALI fill and augment.cpu samples (`grid.abs() <= 1`); "chain" (two slots) 0.04; hue
+# 0.08 with the compiled warp (datapipe._warp, PIL's fill rule in double precision); 0.28 with 0.4% off by
+# more than 2 levels with torch's grid_sample fallback (float32: the pixel whose centre maps exactly onto
+# the right edge, which PIL and DALI fill, is sampled there); "chain" (two slots) 0.04; hue
 # 0.0017 with 0.03% off by more than 2 levels (PIL's HSV in float32 arithmetic: a hue byte at a rounding edge).
 KIND_TOLERANCE = {
     "auto_contrast": (0.01, 0.0), "equalize": (0.5, 0.001), "invert": (0.0, 0.0), "rotate": (0.01, 0.001),
