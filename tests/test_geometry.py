@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from datapipe.augment.plan import plan_sample, random_resized_crop, sample_rng
@@ -92,11 +93,12 @@ def test_a_pickled_dali_source_prepares_records_in_a_fresh_process_without_pillo
     loader = make_loader(clean_folder, backend="dali", device="cpu", batch_size=4, image_size=32, num_workers=1)
     blob = pickle.dumps(loader.source)
     indices = list(range(len(loader.dataset)))
-    expected = [[a.tolist() for a in loader.source.prepare(1, i)[2]] for i in indices]
+    expected = [[np.asarray(a).tolist() for a in loader.source.prepare(1, i)[2].values()] for i in indices]
     code = f"""
 import json, pickle, sys
+import numpy as np
 source = pickle.loads({blob!r})
-rows = [[a.tolist() for a in source.prepare(1, i)[2]] for i in {indices!r}]
+rows = [[np.asarray(a).tolist() for a in source.prepare(1, i)[2].values()] for i in {indices!r}]
 print(json.dumps({{"heavy": [m for m in {HEAVY!r} if m in sys.modules], "rows": rows}}))
 """
     result = _fresh_python(code)

@@ -59,12 +59,12 @@ def test_the_source_sends_the_planners_rows(packed_lmdb, tmp_path, name):
     plan = EpochPlan(len(dataset), 4, seed=seed, shuffle=True, repeats=recipe.aug_repeats)
     table = EpochTable.create(tmp_path)
     source = PlannedSource(dataset, plan, table, ViewSettings(32, True, seed, False, True, recipe))
-    assert ("ops" in source.outputs) == (op_bounds(recipe).slots > 0)
+    assert source.wire.carries("ops") == (op_bounds(recipe).slots > 0)
     sent_ops = 0
     for dali_epoch, epoch in enumerate((0, 3)):
         table.write(dali_epoch, epoch, plan.encode(0), size=size)
         for number, keys in enumerate(plan.batches(epoch)):
-            columns = dict(zip(source.outputs, source(SimpleNamespace(epoch_idx=dali_epoch, iteration=number))))
+            columns = dict(zip(source.wire.names, source(SimpleNamespace(epoch_idx=dali_epoch, iteration=number))))
             for k, key in enumerate(keys.tolist()):
                 index = record_of(key, len(dataset))
                 expected = plan_sample(recipe, seed, epoch, key, size, *image_dims(dataset[index].data))
@@ -74,7 +74,7 @@ def test_the_source_sends_the_planners_rows(packed_lmdb, tmp_path, name):
                 assert list(columns["roi_shape"][k]) == [int(crop.width), int(crop.height)]
                 assert columns["flip"][k] == crop.flip and list(columns["window_shape"][k]) == [size, size]
                 assert columns["interpolation"][k] == INTERP_CODES[expected.interpolation]
-                if "ops" in source.outputs:
+                if source.wire.carries("ops"):
                     assert list(columns["ops"][k]) == [np.float32(v) for v in ops_row(expected.ops)]
                     assert np.array_equal(columns["matrices"][k], slot_matrices(expected.ops, size))
                     sent_ops += len(expected.ops)
@@ -201,7 +201,7 @@ def test_bad_output_type_is_a_value_error():
     from datapipe.backends.dali.graph import build_pipeline
 
     with pytest.raises(ValueError, match="output must be one of"):
-        build_pipeline(SimpleNamespace(outputs=()), batch_size=2, threads=1, py_workers=1, device_id=None,
+        build_pipeline(SimpleNamespace(wire=None), batch_size=2, threads=1, py_workers=1, device_id=None,
                        start_method="fork", seed=0, channels_last=False, output="int8")
 
 

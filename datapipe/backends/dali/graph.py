@@ -61,10 +61,10 @@ def build_pipeline(source, *, batch_size: int, threads: int, py_workers: int, de
                    start_method: str, seed: int, channels_last: bool, output: str = "float32",
                    recipe: Recipe | None = None, hw_decoder_load: float = HW_DECODER_LOAD, preallocate: bool = True):
     """A built-to-be DALI Pipeline whose outputs are images, labels, indices and replaced indices,
-    then the source's field outputs where it sends them (source.FIELD_OUTPUTS). On CUDA the images and
+    then the source's field outputs where it sends them (wire.FIELDS). On CUDA the images and
     labels leave it on the GPU (labels.gpu(), as DALI's ResNet-50 example); the rest stay on the
     host, where the loader reads them. `recipe` gives the mean and
-    std and the op slots to build where the source sends ops (PlannedSource.outputs: train views of
+    std and the op slots to build where the source sends ops (the source's wire carries ops: train views of
     a recipe with ops); without them (the default recipe, eval) the graph has no op and no DALI
     conditional."""
     from nvidia.dali import pipeline_def
@@ -74,7 +74,7 @@ def build_pipeline(source, *, batch_size: int, threads: int, py_workers: int, de
     if output not in OUTPUT_TYPES:
         raise ValueError(f"output must be one of {OUTPUT_TYPES}, got {output!r}")
     cuda = device_id is not None
-    layout = op_bounds(recipe if "ops" in source.outputs else None)
+    layout = op_bounds(recipe if source.wire.carries("ops") else None)
     recipe = recipe or Recipe()
     pipe = pipeline_def(_graph)(
         source=source, cuda=cuda, output=output, channels_last=channels_last, layout=layout,
@@ -91,17 +91,15 @@ def _graph(source, cuda: bool, output: str, channels_last: bool, layout: OpBound
     """The graph (pipeline_def's function): source, decode the ROI, resize, window, ops, normalize."""
     from nvidia.dali import fn, types
 
-    dtypes = dict(data=types.UINT8, label=types.INT64, index=types.INT64, flip=types.INT32, interpolation=types.INT32,
-                  replaced=types.INT64, fields=types.UINT8, fields_len=types.INT64)  # the rest: FLOAT
     # prefetch_queue_depth: DALI schedules a batch on its workers only while fewer than this many
     # are ahead; its default, 1, keeps one worker busy and the others idle (on storage with latency
     # the source then starves the decoder). One batch ahead per worker keeps them all reading.
     # Memory: the encoded bytes of py_workers + 2 (the pipeline's queue) batches in shared memory.
     # Batch mode, not per-sample mode: the source returns the epoch's short last batch itself.
-    nodes = fn.external_source(source=source, num_outputs=len(source.outputs), batch=True, batch_info=True,
-                               parallel=True, dtype=[dtypes.get(name, types.FLOAT) for name in source.outputs],
-                               prefetch_queue_depth=py_workers)
-    s = dict(zip(source.outputs, nodes))
+    wire = source.wire
+    nodes = fn.external_source(source=source, num_outputs=len(wire.columns), batch=True, batch_info=True,
+                               parallel=True, dtype=wire.dali_types(), prefetch_queue_depth=py_workers)
+    s = dict(zip(wire.names, nodes))
     images = fn.decoders.image_slice(s["data"], s["roi_anchor"], s["roi_shape"], device="mixed" if cuda else "cpu",
                                      output_type=types.RGB, axis_names="WH", normalized_anchor=False,
                                      normalized_shape=False, **decoder)

@@ -35,6 +35,7 @@ from ...storage.isolate import forks_nothing, may_fork_workers
 from ..bad_samples import serve_or_substitute
 from ..deaths import shield_worker
 from ..fields import FieldSpec
+from .wire import Wire
 
 RING = 16  # rows of the table; only the DALI epoch being drained and the next one are ever live
 COLUMNS = 4  # epoch, DALI epoch written for, batch limit, image size
@@ -125,55 +126,39 @@ class ViewSettings:
     gpu_decode: bool = False  # the graph decodes on the GPU (mixed): awkward bytes go through gpu_decodable
 
 
-Prepared = tuple[np.ndarray, int, tuple[np.ndarray, ...]]  # encoded bytes, label, the view's outputs
-
-# What the source sends per sample, by name: the record (encoded bytes, label, index), its view, the
-# ops (only where the graph applies ops: the recipe has some and the view is the train view), the
-# record the sample replaced (-1 for none), and where fields beyond image and label are asked for,
-# the served record's values of them (fields.FieldSpec.to_wire: UTF-8 JSON, zero-padded to the
-# batch's longest) and that JSON's length. graph.py reads them by these names.
-RECORD_OUTPUTS = ("data", "label", "index")
-VIEW_OUTPUTS = ("roi_anchor", "roi_shape", "resized", "window", "window_shape", "flip", "interpolation")
-OP_OUTPUTS = ("ops", "matrices")
-FIELD_OUTPUTS = ("fields", "fields_len")
+Prepared = tuple[np.ndarray, int, dict[str, np.ndarray]]  # encoded bytes, label, the view's and ops' columns
 
 
-def padded(blobs: list[bytes]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """A batch's FIELD_OUTPUTS: each blob zero-padded to the longest (DALI's PyTorch iterator makes
-    one tensor of a batch's samples: their shapes must agree), and each blob's length."""
+def padded(blobs: list[bytes]) -> list[dict[str, np.ndarray]]:
+    """A batch's field columns (wire.FIELDS), per sample: each blob zero-padded to the longest (DALI's
+    PyTorch iterator makes one tensor of a batch's samples: their shapes must agree), and its length."""
     width = max(len(b) for b in blobs)
-    rows = [np.frombuffer(b.ljust(width, b"\0"), dtype=np.uint8) for b in blobs]
-    return rows, [np.array(len(b), np.int64) for b in blobs]
+    return [{"fields": np.frombuffer(b.ljust(width, b"\0"), dtype=np.uint8), "fields_len": len(b)} for b in blobs]
 
 
-def view_outputs(geometry: ViewGeometry, size: int) -> tuple[np.ndarray, ...]:
-    """One sample's VIEW_OUTPUTS: ROI anchor (left, top) and shape (width, height), resized (width,
-    height), window anchor (left, top) and shape (size, size: the size may change per epoch), flip,
-    interpolation (0 bilinear, 1 bicubic)."""
-    f32 = np.float32
-    return (np.array(geometry.roi[:2], f32), np.array(geometry.roi[2:], f32), np.array(geometry.resized, f32),
-            np.array(geometry.window, f32), np.array((size, size), f32), np.array(int(geometry.flip), np.int32),
-            np.array(INTERP_CODES[geometry.interpolation], np.int32))
+def view_columns(geometry: ViewGeometry, size: int) -> dict[str, Any]:
+    """One sample's view columns (wire.VIEW)."""
+    return {"roi_anchor": geometry.roi[:2], "roi_shape": geometry.roi[2:], "resized": geometry.resized,
+            "window": geometry.window, "window_shape": (size, size), "flip": int(geometry.flip),
+            "interpolation": INTERP_CODES[geometry.interpolation]}
 
 
-def op_outputs(ops: tuple[Op, ...], size: int) -> tuple[np.ndarray, ...]:
-    """One sample's OP_OUTPUTS: the plan's ops row (plan.ops_row, 16 float32) and its slots' affine
-    matrices (MAX_OPS x 2 x 3, augment.dali.slot_matrices)."""
-    return np.array(ops_row(ops), np.float32), slot_matrices(ops, size)
+def op_columns(ops: tuple[Op, ...], size: int) -> dict[str, Any]:
+    """One sample's op columns (wire.OPS): the plan's ops row (plan.ops_row) and its slots' affine
+    matrices (augment.dali.slot_matrices)."""
+    return {"ops": ops_row(ops), "matrices": slot_matrices(ops, size)}
 
 
 class PlannedSource:
-    """BatchInfo -> one batch of the plan as columns, named by `outputs`: encoded images, labels,
-    record indices, the views, the ops where the graph applies them, and the record each sample
-    replaced (-1 for none). The image size of each DALI epoch comes from its table row (progressive
-    resizing), else from the settings."""
+    """BatchInfo -> one batch of the plan as the columns of its `wire` (wire.py): encoded images,
+    labels, record indices, the views, the ops where the graph applies them, the record each sample
+    replaced (-1 for none), the extra fields where asked for. The image size of each DALI epoch comes
+    from its table row (progressive resizing), else from the settings."""
 
     def __init__(self, dataset: Dataset, plan: EpochPlan | ShardPlan, table: EpochTable, settings: ViewSettings,
                  fields: FieldSpec | None = None) -> None:
         self.dataset, self.plan, self.table, self.settings, self.fields = dataset, plan, table, settings, fields
-        self.sends_ops = settings.train and op_bounds(settings.recipe).slots > 0
-        self.outputs = (RECORD_OUTPUTS + VIEW_OUTPUTS + (OP_OUTPUTS if self.sends_ops else ()) + ("replaced",)
-                        + (FIELD_OUTPUTS if fields is not None else ()))
+        self.wire = Wire.of(ops=settings.train and op_bounds(settings.recipe).slots > 0, fields=fields is not None)
         self._maker_pid = os.getpid()  # kept through pickling: a spawned worker compares its own with it
         self._cached: tuple[tuple[int, int], Sequence[np.ndarray]] | None = None
         self._ahead: Sequence[tuple[int, ...]] | None = None  # per batch, computed when asked for
@@ -193,7 +178,7 @@ class PlannedSource:
         graph applies ops: one plan (planner.plan_sample) keyed by `key`, the record or its repeat's key
         under repeated augmentation (sharding.EpochKeys)."""
         data, label, view, plan, _ = self._read(epoch, index, size or self.settings.image_size, key)
-        return data, label, view + self._ops(plan)
+        return data, label, {**view, **self._ops(plan)}
 
     def _read(self, epoch: int, index: int, size: int, key: int | None) -> tuple[np.ndarray, int, tuple,
                                                                                SamplePlan, Any]:
@@ -207,13 +192,13 @@ class PlannedSource:
         plan = planner.plan_sample(s.recipe, s.seed, epoch, index if key is None else key, size, width, height,
                                    train=s.train)
         data = gpu_decodable(sample.data) if s.gpu_decode else sample.data
-        return (np.frombuffer(data, dtype=np.uint8), sample.label, view_outputs(view_of(plan, width, height), size),
+        return (np.frombuffer(data, dtype=np.uint8), sample.label, view_columns(view_of(plan, width, height), size),
                 plan, None if self.fields is None else sample.fields)
 
-    def _ops(self, plan: SamplePlan) -> tuple[np.ndarray, ...]:
+    def _ops(self, plan: SamplePlan) -> dict[str, Any]:
         """The planned ops' columns; none where the graph applies no ops. Outside the bad-record
         policy: an error here is a bug, never served around."""
-        return op_outputs(plan.ops, plan.size) if self.sends_ops else ()
+        return op_columns(plan.ops, plan.size) if self.wire.carries("ops") else {}
 
     def problem(self, epoch: int, index: int) -> str | None:
         """Why record `index` cannot be used, or None (the parent uses this to report a skip)."""
@@ -233,19 +218,18 @@ class PlannedSource:
             raise StopIteration
         if self._ahead:
             self.dataset.read_ahead(list(self._ahead[batch_info.iteration]))
-        columns: tuple[list[np.ndarray], ...] = tuple([] for _ in self.outputs)
+        samples: list[dict[str, Any]] = []
         blobs: list[bytes] = []
         for key in batches[batch_info.iteration]:
             index = record_of(int(key), len(self.dataset))
             (data, label, view, plan, stored), served, bad = serve_or_substitute(
                 lambda i: self._read(epoch, i, size, int(key) if i == index else i), self.dataset, index,
                 seed=self.settings.seed, epoch=epoch, skip=self.settings.skip_errors)
-            values = (data, np.array(label, np.int64), np.array(served, np.int64), *view, *self._ops(plan),
-                      np.array(-1 if bad is None else bad.index, np.int64))
-            for column, value in zip(columns, values):
-                column.append(value)
+            samples.append({"data": data, "label": label, "index": served, **view, **self._ops(plan),
+                            "replaced": -1 if bad is None else bad.index})
             if self.fields is not None:  # the served record's (a substitute's for a bad one), tokenized here
                 blobs.append(self.fields.to_wire(self.fields.values(stored)))
-        if self.fields is not None:
-            return columns[:-2] + padded(blobs)
-        return columns
+        batch = self.wire.empty()
+        for values, fields in zip(samples, padded(blobs) if self.fields is not None else [{}] * len(samples)):
+            self.wire.add(batch, {**values, **fields})
+        return self.wire.send(batch)
