@@ -130,14 +130,14 @@ class Permutation:
 class Batches(Sequence):
     """A rank's batches of one epoch, each computed from its positions when it is asked for: `len`,
     `[i]`, `[a:b]` (another such sequence) and iteration, never a list of the epoch held at once.
-    `batch(n)` makes batch n; it must pickle where the sequence does (a bound method of a plan does)."""
+    `batch(n)` makes batch n; it must pickle where the sequence does (a bound method of an epoch order does)."""
 
     def __init__(self, batch: Callable[[int], np.ndarray], numbers: range) -> None:
         self._batch, self._numbers = batch, numbers
 
     @property
     def source(self) -> Callable[[int], np.ndarray]:
-        """What makes each batch (a plan's stream answers more about it: sharding.ShardPlan.shards_ahead)."""
+        """What makes each batch (a ShardOrder's stream answers more about it: sharding.ShardOrder.shards_ahead)."""
         return self._batch
 
     @property

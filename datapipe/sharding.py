@@ -1,4 +1,4 @@
-"""Which records each rank reads, in which order, per epoch: one plan shared by every backend.
+"""Which records each rank reads, in which order, per epoch: one order shared by every backend.
 
 An epoch's order is a permutation keyed by (seed, epoch) and computed, not stored
 (datapipe.order.Permutation): position i of the epoch maps to its record in O(1) time and memory,
@@ -20,7 +20,7 @@ import numpy as np
 
 from .checks import integer
 from .order import Batches, Permutation, derive_key
-from .shardwise import MixedPiece, RankStream, Rest, ShardOrder
+from .shardwise import MixedPiece, RankStream, Rest, ShardwisePermutation
 
 log = logging.getLogger(__name__)
 ORDER = "feistel-1"  # the epoch order's version, saved with every position: a mid-epoch resume needs the same order
@@ -82,23 +82,23 @@ def refuse_another_order(state: dict[str, Any], mid_epoch: bool, shuffle: bool) 
 
 
 def record_of(key: int, size: int) -> int:
-    """The record a plan's key (a record index, or a repeat's key i + k * size) stands for."""
+    """The record an order's key (a record index, or a repeat's key i + k * size) stands for."""
     return key % size
 
 
-def check_plan(plan: "EpochPlan | ShardPlan") -> None:
-    """What every plan refuses: no batch size, no data, or drop_last leaving a rank nothing."""
-    if plan.batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {plan.batch_size}")
-    if plan.size < 1:
+def check_order(order: "EpochOrder | ShardOrder") -> None:
+    """What every order refuses: no batch size, no data, or drop_last leaving a rank nothing."""
+    if order.batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {order.batch_size}")
+    if order.size < 1:
         raise ValueError("the dataset is empty: nothing to load")
-    if plan.drop_last and plan.samples_per_rank() < plan.batch_size:
-        raise ValueError(f"drop_last with batch_size {plan.batch_size} leaves no batch: each of the "
-                         f"{plan.shard.world_size} ranks gets {plan.samples_per_rank()} samples")
+    if order.drop_last and order.samples_per_rank() < order.batch_size:
+        raise ValueError(f"drop_last with batch_size {order.batch_size} leaves no batch: each of the "
+                         f"{order.shard.world_size} ranks gets {order.samples_per_rank()} samples")
 
 
 @dataclass(frozen=True)
-class EpochPlan:
+class EpochOrder:
     """The batches of record indices one rank reads in one epoch, from any global position on.
 
     A global position (`offset`) counts the samples of the epoch's order that all ranks together
@@ -116,7 +116,7 @@ class EpochPlan:
     repeats: int = 1  # repeated augmentation: each record's copies in a row (EpochKeys)
 
     def __post_init__(self) -> None:
-        check_plan(self)
+        check_order(self)
         if self.repeats < 1:
             raise ValueError(f"repeats must be >= 1, got {self.repeats}")
 
@@ -195,26 +195,26 @@ class RankBatch:
     the start of its order, whatever the start, so a resumed epoch pads with the same samples as an
     unbroken one. `count`: the rank's samples (drop_last: whole batches only)."""
 
-    plan: EpochPlan
+    order: EpochOrder
     keys: EpochKeys
     start: int
     count: int
 
     def __call__(self, number: int) -> np.ndarray:
-        plan, batch = self.plan, self.plan.batch_size
+        order, batch = self.order, self.order.batch_size
         m = np.arange(number * batch, min((number + 1) * batch, self.count), dtype=np.int64)
-        j = plan.shard.rank + m * plan.shard.world_size  # this rank's places in the rest of the epoch
-        rest = plan.size - self.start
-        return self.keys(np.where(j < rest, self.start + j, (j - rest) % plan.size))
+        j = order.shard.rank + m * order.shard.world_size  # this rank's places in the rest of the epoch
+        rest = order.size - self.start
+        return self.keys(np.where(j < rest, self.start + j, (j - rest) % order.size))
 
 
 READ_AHEAD_SHARDS = 2  # shards a remote dataset's readers fetch ahead of the one they read
-MIX_SHARDS = 16  # ShardPlan.mix_shards' default: shards whose samples one block interleaves (see ShardPlan)
+MIX_SHARDS = 16  # ShardOrder.mix_shards' default: shards whose samples one block interleaves (see ShardOrder)
 Segment = tuple[int, int]  # (world size, samples each rank consumed at that world size)
 
 
 @dataclass(frozen=True)
-class ShardPlan:
+class ShardOrder:
     """Shard-wise sampling for streamed data: each rank reads a contiguous piece of the epoch's
     shard-by-shard order, so it touches about shards/world shards (plus two it shares at its piece's
     ends) instead of every shard, and a node downloads only what its ranks read.
@@ -254,7 +254,7 @@ class ShardPlan:
     start = ()
 
     def __post_init__(self) -> None:
-        check_plan(self)
+        check_order(self)
         if not isinstance(self.mix_shards, int) or self.mix_shards < 1:
             raise ValueError(f"mix_shards must be an int >= 1 (1: shard by shard), got {self.mix_shards!r}")
 
@@ -323,7 +323,7 @@ class ShardPlan:
         refuse_another_order(state, bool(position), self.shuffle)
         saved = int(state.get("mix_shards", 1))  # states from before mixing read shard by shard
         if position and self.shuffle and saved != self.mix_shards:
-            log.warning("resuming mid-epoch from a state saved with mix_shards=%d, this plan mixes %d: the rest "
+            log.warning("resuming mid-epoch from a state saved with mix_shards=%d, this order mixes %d: the rest "
                         "of epoch %s may repeat or miss some samples; the next epochs are exact", saved,
                         self.mix_shards, state.get("epoch", "?"))
         return position
@@ -347,7 +347,7 @@ class ShardPlan:
     def _stream(self, epoch: int, position: tuple[Segment, ...]) -> RankStream:
         """This rank's samples from `position`: the rest replayed through the segments (each rank
         consumed a prefix of its mixed piece; what is left goes back to the epoch's order), then dealt."""
-        order = ShardOrder(self.shard_sizes, seed=self.seed, epoch=epoch, shuffle=self.shuffle)
+        order = ShardwisePermutation(self.shard_sizes, seed=self.seed, epoch=epoch, shuffle=self.shuffle)
         segments, consumed = self._split(tuple(position))
         rest = Rest([range(order.size)])
         for k, (world, used) in enumerate(segments):
@@ -377,7 +377,7 @@ class ShardPlan:
         return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
     def shards_ahead(self, batches: Batches, count: int) -> Batches:
-        """Per batch of `batches` (this plan's), computed when asked for: the shards it reads, then
+        """Per batch of `batches` (this order's), computed when asked for: the shards it reads, then
         those to fetch ahead of a remote dataset's readers: the next `count` shards this rank has not
         read yet, and, when mixing, each shard from mix_shards - 1 shards' worth of samples before it
         would start in the unmixed order, so the next block's shards are fetched one by one while the

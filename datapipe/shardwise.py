@@ -1,4 +1,4 @@
-"""Shard-wise sampling's order computed, not stored (sharding.ShardPlan deals it): the epoch's
+"""Shard-wise sampling's order computed, not stored (sharding.ShardOrder deals it): the epoch's
 shard-by-shard order as a function of position, what is left of an epoch after elastic segments as
 ranges and small arrays of positions, and a rank's stream of batches and read-ahead hints, computed
 one mixing block at a time.
@@ -18,7 +18,7 @@ from .order import Permutation, derive_key, uniform
 BLOCKS_KEPT = 4  # mixed blocks a stream keeps: the one read and the next ones its read-ahead hints look at
 
 
-class ShardOrder:
+class ShardwisePermutation:
     """Position -> record in the epoch's shard-by-shard order: the shards in a permutation keyed by
     (seed, epoch) ("slots"), each shard's records in a permutation of their own; unshuffled, the
     stored order. Records of shard k are numbered contiguously, as in the dataset."""
@@ -72,7 +72,7 @@ class Rest:
         taken = [np.arange(p.start, p.stop) if isinstance(p, range) else p for p in self.slice(i, j).parts]
         return np.concatenate(taken) if taken else np.empty(0, np.int64)
 
-    def runs(self, order: ShardOrder) -> tuple[np.ndarray, np.ndarray]:
+    def runs(self, order: ShardwisePermutation) -> tuple[np.ndarray, np.ndarray]:
         """(where each run starts, its slot): a run is the sequence's positions in one shard (one run
         per shard: the positions are sorted, a shard's are contiguous)."""
         starts, slots = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
@@ -99,7 +99,7 @@ class MixedPiece:
     `key` and its place in the piece), so any stretch of a block draws about equally from all of its
     shards, in a random order. Blocks keep their place. key None: the piece as it is."""
 
-    def __init__(self, rest: Rest, order: ShardOrder, mix: int, key: int | None) -> None:
+    def __init__(self, rest: Rest, order: ShardwisePermutation, mix: int, key: int | None) -> None:
         self.rest, self.order, self.key = rest, order, key
         self.run_starts, self.run_slots = rest.runs(order)
         runs = len(self.run_starts)
@@ -164,10 +164,10 @@ class MixedPiece:
 class RankStream:
     """One rank's samples from a position on: its mixed piece from `consumed` on, then its padding
     (positions from the start of the epoch's order), `count` in all; batch n's records and its
-    read-ahead hint (sharding.ShardPlan.shards_ahead), each computed when asked for."""
+    read-ahead hint (sharding.ShardOrder.shards_ahead), each computed when asked for."""
 
-    def __init__(self, order: ShardOrder, piece: MixedPiece, padding: np.ndarray, *, consumed: int, count: int,
-                 batch_size: int, lead: int) -> None:
+    def __init__(self, order: ShardwisePermutation, piece: MixedPiece, padding: np.ndarray, *, consumed: int,
+                 count: int, batch_size: int, lead: int) -> None:
         self.order, self.piece, self.padding = order, piece, padding
         self.consumed, self.count, self.batch_size, self.lead = consumed, count, batch_size, lead
         self.real = max(0, min(count, len(piece) - consumed))  # stream 0..real: the piece; then padding

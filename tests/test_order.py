@@ -1,5 +1,5 @@
 """The computed epoch order (datapipe.order): a bijection of [0, N) for every N, the same for the same
-key, uniform positions, consecutive epochs and neighbouring positions uncorrelated; and the plan's
+key, uniform positions, consecutive epochs and neighbouring positions uncorrelated; and EpochOrder's
 lazy batches are exactly the interleaved, padded, trimmed slices of that order."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from datapipe.order import Batches, Permutation, derive_key
-from datapipe.sharding import EpochKeys, EpochPlan, Shard
+from datapipe.sharding import EpochKeys, EpochOrder, Shard
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -97,18 +97,18 @@ def test_consecutive_epochs_and_neighbouring_positions_are_uncorrelated():
         assert abs(spearman(where[:-1], where[1:])) < 0.02  # record r and r + 1
 
 
-def reference_batches(plan: EpochPlan, epoch: int, offset: int) -> list[np.ndarray]:
-    """The plan's batches as the order was sliced when it was stored: the whole order materialised, the
+def reference_batches(order: EpochOrder, epoch: int, offset: int) -> list[np.ndarray]:
+    """The order's batches as they were sliced when it was stored: the whole order materialised, the
     rest from `offset` padded from the order's start, the rank's interleaved slice, trimmed, cut."""
-    order = EpochKeys(plan.size, seed=plan.seed, epoch=epoch, shuffle=plan.shuffle,
-                      repeats=plan.repeats)(np.arange(plan.size))
-    world, rest = plan.shard.world_size, order[min(offset, plan.size):]
-    total = plan.samples_per_rank(offset) * world
+    stored = EpochKeys(order.size, seed=order.seed, epoch=epoch, shuffle=order.shuffle,
+                       repeats=order.repeats)(np.arange(order.size))
+    world, rest = order.shard.world_size, stored[min(offset, order.size):]
+    total = order.samples_per_rank(offset) * world
     if total > len(rest):
-        rest = np.concatenate([rest, np.resize(order, total - len(rest))])
-    mine = rest[plan.shard.rank:total:world]
-    mine = mine[: plan.num_batches(offset) * plan.batch_size] if plan.drop_last else mine
-    return [mine[i:i + plan.batch_size] for i in range(0, len(mine), plan.batch_size)]
+        rest = np.concatenate([rest, np.resize(stored, total - len(rest))])
+    mine = rest[order.shard.rank:total:world]
+    mine = mine[: order.num_batches(offset) * order.batch_size] if order.drop_last else mine
+    return [mine[i:i + order.batch_size] for i in range(0, len(mine), order.batch_size)]
 
 
 def test_the_lazy_batches_are_the_stored_orders_slices_with_padding_drop_last_and_repeats():
@@ -118,20 +118,20 @@ def test_the_lazy_batches_are_the_stored_orders_slices_with_padding_drop_last_an
         for rank in range(world):
             if drop_last and size // world < batch:
                 continue
-            plan = EpochPlan(size, batch, Shard(rank, world), seed=4, drop_last=drop_last, repeats=repeats)
+            order = EpochOrder(size, batch, Shard(rank, world), seed=4, drop_last=drop_last, repeats=repeats)
             for offset in (0, 5, size // 2, size):
-                got, want = plan.batches(2, offset), reference_batches(plan, 2, offset)
-                assert isinstance(got, Batches) and len(got) == len(want) == plan.num_batches(offset)
+                got, want = order.batches(2, offset), reference_batches(order, 2, offset)
+                assert isinstance(got, Batches) and len(got) == len(want) == order.num_batches(offset)
                 assert all(np.array_equal(a, b) for a, b in zip(got, want))
                 cases += 1
     assert cases > 300
-    under_repeats = EpochPlan(12, 12, repeats=3).batches(0)[0]
+    under_repeats = EpochOrder(12, 12, repeats=3).batches(0)[0]
     assert np.array_equal(np.sort(under_repeats % 12), np.repeat(np.sort(under_repeats[::3]), 3))
 
 
 def test_the_batch_sequence_indexes_slices_and_iterates_like_a_list():
-    plan = EpochPlan(100, 8, Shard(1, 3), seed=2)
-    lazy, eager = plan.batches(1, 9), reference_batches(plan, 1, 9)
+    order = EpochOrder(100, 8, Shard(1, 3), seed=2)
+    lazy, eager = order.batches(1, 9), reference_batches(order, 1, 9)
     assert len(lazy) == len(eager) == 4
     assert np.array_equal(lazy[-1], eager[-1]) and np.array_equal(lazy[2], eager[2])
     part = lazy[1:3]

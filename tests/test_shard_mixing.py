@@ -8,7 +8,7 @@ import pytest
 
 from datapipe.backends import shards_held
 from datapipe.backends.options import LoaderOptions
-from datapipe.sharding import READ_AHEAD_SHARDS, Shard, ShardPlan
+from datapipe.sharding import READ_AHEAD_SHARDS, Shard, ShardOrder
 
 SHARDS, PER_SHARD, CLASSES, BATCH = 64, 32, 8, 32
 SORTED = (PER_SHARD,) * SHARDS  # a foreign dataset written class by class: shard k holds class k // 8 only
@@ -30,21 +30,21 @@ def random_baseline(world: int, epochs: int = EPOCHS) -> float:
                                    for r in range(world)]) for e in range(epochs)]))
 
 
-def plans(world, sizes=SORTED, batch=BATCH, **kw):
-    return [ShardPlan(sizes, batch, Shard(r, world), seed=5, **kw) for r in range(world)]
+def orders(world, sizes=SORTED, batch=BATCH, **kw):
+    return [ShardOrder(sizes, batch, Shard(r, world), seed=5, **kw) for r in range(world)]
 
 
 def test_batches_of_a_class_sorted_dataset_are_mixed_almost_like_a_random_permutation():
-    mixed = np.mean([mean_tv([p.rank_indices(e) for p in plans(2)]) for e in range(EPOCHS)])
+    mixed = np.mean([mean_tv([p.rank_indices(e) for p in orders(2)]) for e in range(EPOCHS)])
     baseline = random_baseline(2)
     assert mixed <= 1.5 * baseline, (mixed, baseline)
-    distinct = [len(set(p.shard_of(b).tolist())) for p in plans(2) for b in p.batches(0)]
+    distinct = [len(set(p.shard_of(b).tolist())) for p in orders(2) for b in p.batches(0)]
     assert np.median(distinct) >= 8  # a batch draws from many open shards, not one or two
 
 
 def test_every_sample_once_per_epoch_a_new_order_each_epoch_and_equal_ranks():
     for world in (1, 2, 3, 5):
-        ps = plans(world)
+        ps = orders(world)
         epochs = []
         for epoch in range(3):
             per_rank = [p.rank_indices(epoch) for p in ps]
@@ -54,12 +54,12 @@ def test_every_sample_once_per_epoch_a_new_order_each_epoch_and_equal_ranks():
             assert len(everything) - len(LABELS) < world  # padding only evens the ranks out
             epochs.append(everything)
         assert not np.array_equal(epochs[0], epochs[1]) and not np.array_equal(epochs[1], epochs[2])
-    p = ShardPlan(SORTED, BATCH, shuffle=False)
+    p = ShardOrder(SORTED, BATCH, shuffle=False)
     assert np.array_equal(p.rank_indices(0), np.arange(len(LABELS)))  # evaluation keeps the stored order
 
 
 def test_each_rank_still_reads_only_its_share_of_the_shards_and_a_block_spans_at_most_mix_shards():
-    for p in plans(4, mix_shards=4):
+    for p in orders(4, mix_shards=4):
         mine = p.rank_indices(0)
         shards = p.shard_of(mine)
         assert len(set(shards.tolist())) <= SHARDS // 4 + 2
@@ -72,7 +72,7 @@ def test_each_rank_still_reads_only_its_share_of_the_shards_and_a_block_spans_at
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_resume_mid_block_at_the_same_world_size_is_the_exact_continuation(mix_shards, drop_last):
     kw = {"drop_last": drop_last, **({"mix_shards": mix_shards} if mix_shards else {})}
-    ps = plans(3, batch=8, **kw)
+    ps = orders(3, batch=8, **kw)
     position = ps[0].offset_after(ps[0].start, 5)  # 40 samples: in the middle of a block
     for p in ps:
         assert np.array_equal(p.rank_indices(2, position), p.rank_indices(2)[40:])
@@ -87,10 +87,10 @@ def test_elastic_resume_with_mixing_serves_every_remaining_sample_exactly_once(m
     kw = {"drop_last": drop_last, **({"mix_shards": mix_shards} if mix_shards else {})}
     position, seen = (), []
     for n, world in enumerate(worlds[:-1]):
-        ps = plans(world, batch=8, **kw)
+        ps = orders(world, batch=8, **kw)
         seen += [i for p in ps for b in p.batches(1, position)[:5 + n] for i in b.tolist()]
         position = ps[0].offset_after(position, 5 + n)
-    last = plans(worlds[-1], batch=8, **kw)
+    last = orders(worlds[-1], batch=8, **kw)
     rest = [p.rank_indices(1, position) for p in last]
     assert len({len(r) for r in rest}) == 1
     rest = np.concatenate(rest).tolist()
@@ -105,8 +105,8 @@ def test_elastic_resume_with_mixing_serves_every_remaining_sample_exactly_once(m
 
 @pytest.mark.parametrize("worlds", [(2, 3), (3, 2)])
 def test_the_rest_of_an_epoch_after_an_elastic_resume_is_mixed_too(worlds):
-    position = plans(worlds[0])[0].offset_after((), 7)  # mid-block: the rest has many partly read shards
-    rest = np.mean([mean_tv([p.rank_indices(e, position) for p in plans(worlds[1])]) for e in range(EPOCHS)])
+    position = orders(worlds[0])[0].offset_after((), 7)  # mid-block: the rest has many partly read shards
+    rest = np.mean([mean_tv([p.rank_indices(e, position) for p in orders(worlds[1])]) for e in range(EPOCHS)])
     assert rest <= 2 * random_baseline(worlds[1]), rest  # shard by shard: 4x and more
 
 
@@ -114,8 +114,8 @@ def test_the_rest_of_an_epoch_after_an_elastic_resume_is_mixed_too(worlds):
 def test_the_cache_bound_covers_the_shards_in_flight_and_read_ahead_and_hints_come_a_few_at_a_time(workers, batch):
     options = LoaderOptions(batch_size=batch, num_workers=workers, prefetch_factor=2, device="cpu")
     sizes = tuple(int(n) for n in np.random.default_rng(0).integers(24, 40, size=96))
-    held = shards_held(options, list(sizes), ShardPlan.mix_shards)
-    for p in plans(2, sizes=sizes, batch=batch):
+    held = shards_held(options, list(sizes), ShardOrder.mix_shards)
+    for p in orders(2, sizes=sizes, batch=batch):
         for position in (p.start, p.offset_after(p.start, 3)):
             batches = p.batches(0, position)
             hints = p.shards_ahead(batches, READ_AHEAD_SHARDS)
@@ -132,8 +132,8 @@ def test_the_cache_bound_covers_the_shards_in_flight_and_read_ahead_and_hints_co
 
 def test_a_bad_mix_shards_is_refused_and_a_state_from_before_mixing_is_warned_about(caplog):
     with pytest.raises(ValueError, match=r"mix_shards must be an int >= 1 \(1: shard by shard\), got 0"):
-        ShardPlan(SORTED, BATCH, mix_shards=0)
-    p = ShardPlan(SORTED, BATCH)
+        ShardOrder(SORTED, BATCH, mix_shards=0)
+    p = ShardOrder(SORTED, BATCH)
     state = {"epoch": 3, **p.save(((1, 64),))}
     assert state["mix_shards"] == p.mix_shards and p.restore(state) == ((1, 64),) and not caplog.records
     del state["mix_shards"]  # saved before shards were mixed: that epoch's rest cannot be exact
@@ -147,8 +147,8 @@ def test_datapipe_shards_are_read_shard_by_shard_and_foreign_shards_are_mixed(pa
     from datapipe import make_loader
 
     options = dict(sampling="shards", batch_size=4, image_size=16, device="cpu", num_workers=0)
-    assert make_loader(packed_wds, **options).plan.mix_shards == 1
-    assert make_loader(foreign_shards, **options).plan.mix_shards == ShardPlan.mix_shards > 1
+    assert make_loader(packed_wds, **options).order.mix_shards == 1
+    assert make_loader(foreign_shards, **options).order.mix_shards == ShardOrder.mix_shards > 1
 
 
 def test_mix_shards_is_a_loader_option_for_big_batches(packed_wds, foreign_shards):
@@ -157,7 +157,7 @@ def test_mix_shards_is_a_loader_option_for_big_batches(packed_wds, foreign_shard
     from datapipe import make_loader
 
     options = dict(sampling="shards", batch_size=4, image_size=16, device="cpu", num_workers=0)
-    assert make_loader(foreign_shards, mix_shards=4, **options).plan.mix_shards == 4
-    assert make_loader(packed_wds, mix_shards=2, **options).plan.mix_shards == 2
+    assert make_loader(foreign_shards, mix_shards=4, **options).order.mix_shards == 4
+    assert make_loader(packed_wds, mix_shards=2, **options).order.mix_shards == 2
     with pytest.raises(ValueError, match="mix_shards must be an int >= 1"):
         make_loader(foreign_shards, mix_shards=0, **options)

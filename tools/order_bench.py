@@ -19,7 +19,7 @@ import tracemalloc
 import numpy as np
 
 from datapipe.order import Permutation, derive_key
-from datapipe.sharding import EpochPlan, Shard, ShardPlan
+from datapipe.sharding import EpochOrder, Shard, ShardOrder
 
 BATCH, WORLD, RANK = 256, 8, 3
 SHARD = 10_000  # records a shard, shard-wise
@@ -33,11 +33,11 @@ def stored_first_batch(size: int, epoch: int) -> np.ndarray:
 
 
 def computed_first_batch(size: int, epoch: int) -> np.ndarray:
-    return EpochPlan(size, BATCH, Shard(RANK, WORLD), seed=0).batches(epoch)[0]
+    return EpochOrder(size, BATCH, Shard(RANK, WORLD), seed=0).batches(epoch)[0]
 
 
 def shardwise_first_batch(size: int, epoch: int) -> np.ndarray:
-    return ShardPlan((SHARD,) * (size // SHARD), BATCH, Shard(RANK, WORLD), seed=0).batches(epoch)[0]
+    return ShardOrder((SHARD,) * (size // SHARD), BATCH, Shard(RANK, WORLD), seed=0).batches(epoch)[0]
 
 
 def measure(start, size: int, runs: int) -> tuple[float, int]:
@@ -55,7 +55,7 @@ def measure(start, size: int, runs: int) -> tuple[float, int]:
 
 def batch_cost(size: int, count: int = 2000) -> float:
     """Median microseconds to compute one batch of 256 keys, batches spread over the whole epoch."""
-    batches = EpochPlan(size, BATCH, Shard(RANK, WORLD), seed=0).batches(1)
+    batches = EpochOrder(size, BATCH, Shard(RANK, WORLD), seed=0).batches(1)
     numbers = np.linspace(0, len(batches) - 1, count).astype(int)
     times = []
     for n in numbers:

@@ -90,7 +90,7 @@ def measure(path: Path, reads: int) -> dict:
     import pickle
 
     import datapipe.formats as formats  # imported before the baseline
-    from datapipe.sharding import EpochPlan
+    from datapipe.sharding import EpochOrder
 
     base_private, base_fds = private_kb(), len(os.listdir("/proc/self/fd"))
     start = time.perf_counter()
@@ -100,7 +100,7 @@ def measure(path: Path, reads: int) -> dict:
     first_read_s = time.perf_counter() - start
     order = readable(len(ds), reads)
     start = time.perf_counter()  # the epoch's first batch: its order, then BATCH records (readable ones: a sparse
-    first = EpochPlan(len(ds), BATCH, seed=SEED).batches(EPOCH)[0]  # dataset holds only those, and each
+    first = EpochOrder(len(ds), BATCH, seed=SEED).batches(EPOCH)[0]  # dataset holds only those, and each
     batch = [ds[int(i)] for i in order[:BATCH]]  # checkout's order picks other records)
     epoch_start_s = time.perf_counter() - start
     opened_private = private_kb()

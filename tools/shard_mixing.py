@@ -1,5 +1,5 @@
 """How well shard-wise sampling mixes shards written class by class: the mean total-variation distance
-between a batch's label histogram and the dataset's, per ShardPlan.mix_shards, against a full random
+between a batch's label histogram and the dataset's, per ShardOrder.mix_shards, against a full random
 permutation (global sampling), for a fresh epoch and for the rest of one resumed on another world size.
 
     python tools/shard_mixing.py [--shards 64 --per-shard 32 --classes 8 --world 2 --batch 32 --epochs 8]
@@ -14,7 +14,7 @@ import argparse
 
 import numpy as np
 
-from datapipe.sharding import MIX_SHARDS, Shard, ShardPlan
+from datapipe.sharding import MIX_SHARDS, Shard, ShardOrder
 
 
 def mean_tv(labels: np.ndarray, per_rank: list[np.ndarray], batch: int, classes: int) -> float:
@@ -34,8 +34,8 @@ def main() -> None:
     labels = np.repeat(np.arange(a.shards) * a.classes // a.shards, a.per_shard)  # written class by class
     other = a.world + 1  # the elastic case: resumed after 7 batches on one more rank
 
-    def plans(world: int, mix: int) -> list[ShardPlan]:
-        return [ShardPlan(sizes, a.batch, Shard(r, world), seed=5, mix_shards=mix) for r in range(world)]
+    def orders(world: int, mix: int) -> list[ShardOrder]:
+        return [ShardOrder(sizes, a.batch, Shard(r, world), seed=5, mix_shards=mix) for r in range(world)]
 
     def random(world: int) -> float:
         return float(np.mean([mean_tv(labels, [np.random.default_rng([99, e]).permutation(len(labels))[r::world]
@@ -45,10 +45,10 @@ def main() -> None:
     print(f"random permutation: {base:.4f} ({a.world} ranks), {base_other:.4f} ({other} ranks)")
     print("mix_shards  fresh epoch        rest after resume on " f"{a.world} -> {other} ranks")
     for mix in sorted({MIX_SHARDS, *(int(m) for m in a.mixes.split(","))}):
-        fresh = np.mean([mean_tv(labels, [p.rank_indices(e) for p in plans(a.world, mix)], a.batch, a.classes)
+        fresh = np.mean([mean_tv(labels, [p.rank_indices(e) for p in orders(a.world, mix)], a.batch, a.classes)
                          for e in range(a.epochs)])
-        position = plans(a.world, mix)[0].offset_after((), 7)
-        rest = np.mean([mean_tv(labels, [p.rank_indices(e, position) for p in plans(other, mix)], a.batch, a.classes)
+        position = orders(a.world, mix)[0].offset_after((), 7)
+        rest = np.mean([mean_tv(labels, [p.rank_indices(e, position) for p in orders(other, mix)], a.batch, a.classes)
                         for e in range(a.epochs)])
         mark = "  (default)" if mix == MIX_SHARDS else ""
         print(f"{mix:>10}  {fresh:.4f} ({fresh / base:.2f}x)    {rest:.4f} ({rest / base_other:.2f}x){mark}")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-BATCH, SEED, EPOCH = 256, 0, 0  # the first batch a benchmark builds: EpochPlan(n, BATCH, seed=SEED), epoch EPOCH
+BATCH, SEED, EPOCH = 256, 0, 0  # the first batch a benchmark builds: EpochOrder(n, BATCH, seed=SEED), epoch EPOCH
 SHARD_SAMPLES = 1_000_000
 CHUNK = 5_000_000  # index entries written at once
 JPEG = bytes.fromhex("ffd8ffe000104a46494600010100000100010000ffd9")  # bytes only: nothing decodes them
@@ -32,9 +32,9 @@ def readable(n: int, reads: int) -> np.ndarray:
 
 
 def real_records(n: int, reads: int) -> list[int]:
-    from datapipe.sharding import EpochPlan
+    from datapipe.sharding import EpochOrder
 
-    first = EpochPlan(n, BATCH, seed=SEED).batches(EPOCH)[0]
+    first = EpochOrder(n, BATCH, seed=SEED).batches(EPOCH)[0]
     return sorted({0, n - 1, *first.tolist(), *readable(n, reads).tolist()})
 
 

@@ -15,7 +15,7 @@ from ..augment.resolution import size_schedule
 from ..formats import open_dataset
 from ..formats.base import Dataset
 from ..resources import local_world_size
-from ..sharding import READ_AHEAD_SHARDS, EpochPlan, Shard, ShardPlan, resolve_shard
+from ..sharding import READ_AHEAD_SHARDS, EpochOrder, Shard, ShardOrder, resolve_shard
 from .base import Batch, Loader, batch_type
 from .options import LoaderOptions
 
@@ -63,8 +63,8 @@ def shards_held(options: LoaderOptions, shard_samples: list[int], mix_shards: in
     """Shards one rank's readers hold in the cache at once under shard-wise sampling: its workers'
     batches in flight span a window of consecutive shards; each reader also pins the shard before
     its window (datapipe.storage.files) and fetches READ_AHEAD_SHARDS past it. When training, shards
-    are mixed in blocks of ShardPlan.mix_shards: the window spans whole blocks, and the next block's
-    shards are fetched while one is read (ShardPlan.shards_ahead), which where the window straddles
+    are mixed in blocks of ShardOrder.mix_shards: the window spans whole blocks, and the next block's
+    shards are fetched while one is read (ShardOrder.shards_ahead), which where the window straddles
     two blocks reaches into a third: at most the window's shards, at most a block's."""
     in_flight = max(options.workers, 1) * options.prefetch_factor * options.batch_size
     smallest = max(1, min(shard_samples))
@@ -77,7 +77,7 @@ def shards_held(options: LoaderOptions, shard_samples: list[int], mix_shards: in
     return mix * blocks + min(window, lead) + 1 + READ_AHEAD_SHARDS
 
 
-def make_plan(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochPlan | ShardPlan:
+def make_order(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochOrder | ShardOrder:
     """The global permutation, or shard-wise sampling (the default for remote datasets, on request for
     local shards); a remote dataset's cache must hold what its ranks read at once."""
     sampling = options.sampling
@@ -87,8 +87,8 @@ def make_plan(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochPl
         if dataset.location.remote:
             dataset.location.cache.require(sum(s["bytes"] for s in dataset.shard_entries()),
                                            "sampling='global' reads from every shard all epoch long: its shards")
-        return EpochPlan(len(dataset), options.batch_size, shard, options.seed, shuffle=options.train,
-                         drop_last=options.drop_last, repeats=options.recipe.aug_repeats if options.train else 1)
+        return EpochOrder(len(dataset), options.batch_size, shard, options.seed, shuffle=options.train,
+                          drop_last=options.drop_last, repeats=options.recipe.aug_repeats if options.train else 1)
     if options.train and options.recipe.aug_repeats > 1:
         raise ValueError(f"aug_repeats={options.recipe.aug_repeats} (repeated augmentation) needs sampling='global'; "
                          "shard-wise sampling reads each record once per epoch: give sampling='global', or "
@@ -98,7 +98,7 @@ def make_plan(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochPl
         raise ValueError(f"sampling='shards' needs a sharded dataset (.wds or shard files); {dataset} is "
                          f"{dataset.format!r}: use sampling='global'")
     # datapipe's own shards were shuffled when written: reading them shard by shard is already mixed
-    mix = options.mix_shards or (1 if dataset.shuffled_at_write else ShardPlan.mix_shards)
+    mix = options.mix_shards or (1 if dataset.shuffled_at_write else ShardOrder.mix_shards)
     if dataset.location.remote:
         cache = dataset.location.cache
         biggest = max(s["bytes"] for s in dataset.shard_entries())
@@ -107,8 +107,8 @@ def make_plan(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochPl
                       f"{ranks} rank(s) on this node, each holding {held} shards at once (those its workers' "
                       f"batches in flight span, a neighbour each end, {READ_AHEAD_SHARDS} read ahead) of up to "
                       f"{biggest:,} bytes,")
-    return ShardPlan(tuple(int(n) for n in sizes()), options.batch_size, shard, options.seed, shuffle=options.train,
-                     drop_last=options.drop_last, mix_shards=mix)
+    return ShardOrder(tuple(int(n) for n in sizes()), options.batch_size, shard, options.seed, shuffle=options.train,
+                      drop_last=options.drop_last, mix_shards=mix)
 
 
 def make_loader(source: str | Path | Dataset, *, split: str = "train", backend: str = "auto",
@@ -150,10 +150,10 @@ def make_loader(source: str | Path | Dataset, *, split: str = "train", backend: 
         raise ValueError("sha256= checks a file before it is opened: pass the dataset's path, not an opened Dataset")
     dataset = source if isinstance(source, Dataset) else open_dataset(
         source, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit, sha256=sha256)
-    plan = make_plan(dataset, options, resolve_shard(rank, world_size))
+    order = make_order(dataset, options, resolve_shard(rank, world_size))
     name, reason = choose_backend(backend, options.torch_device, remote=dataset.location.remote)
     check_transform(options.transform, name, workers=options.workers)
-    loader = _loader_class(name)(dataset, plan, options, reason=reason)
+    loader = _loader_class(name)(dataset, order, options, reason=reason)
     if schedule is not None:
         loader.set_image_size(schedule)
     log.info("datapipe: %s backend (%s) over %s", name, reason, dataset)

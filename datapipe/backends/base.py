@@ -13,7 +13,7 @@ from ..augment.batch import BatchStage
 from ..augment.recipe import Recipe
 from ..augment.resolution import checked_size, size_schedule
 from ..formats.base import Dataset
-from ..sharding import EpochPlan, Shard, ShardPlan
+from ..sharding import EpochOrder, Shard, ShardOrder
 from ..storage import redact
 from .bad_samples import BadSample, TooManyBadSamples
 from .fields import DEFAULT_FIELDS, FieldSpec, batch_class, check_fields, field_spec
@@ -84,13 +84,13 @@ class Loader(abc.ABC):
     backend: str = ""
     worker_init_fn, collate_fn, generator, batch_sampler = (NotADataLoader() for _ in range(4))
 
-    def __init__(self, dataset: Dataset, plan: EpochPlan | ShardPlan, options: LoaderOptions, *, reason: str = "") -> None:
+    def __init__(self, dataset: Dataset, order: EpochOrder | ShardOrder, options: LoaderOptions, *, reason: str = "") -> None:
         self.dataset = dataset
-        self.plan = plan
+        self.order = order
         self.options = options
         self.reason = reason
         self.epoch = 0
-        self._offset: Any = plan.start  # position where the current (or next) iteration starts
+        self._offset: Any = order.start  # position where the current (or next) iteration starts
         self._served = 0  # batches handed out since _offset
         self._iterated = False  # an iteration began since the last set_epoch / load_state_dict
         self.skipped: list[BadSample] = []
@@ -122,26 +122,26 @@ class Loader(abc.ABC):
 
     @property
     def shard(self) -> Shard:
-        return self.plan.shard
+        return self.order.shard
 
     def __len__(self) -> int:
-        return len(self.plan)
+        return len(self.order)
 
     @property
     def real_samples(self) -> int:
         """How many samples this rank yields per epoch before any padding that evens out the ranks."""
-        return self.plan.real_samples
+        return self.order.real_samples
 
     @property
     def position(self) -> Any:
-        """Where this epoch stands, for every rank together: the global plan counts the samples of the
-        epoch's order consumed; the shard-wise plan lists (world size, samples per rank) segments."""
-        return self.plan.offset_after(self._offset, self._served)
+        """Where this epoch stands, for every rank together: under the global order, the samples of the
+        epoch consumed; under the shard-wise order, a list of (world size, samples per rank) segments."""
+        return self.order.offset_after(self._offset, self._served)
 
     @property
     def batches_done(self) -> int:
         """Batches of the current epoch done, counted at this loader's world size (len(self) at the end)."""
-        return len(self.plan) - self.plan.num_batches(self.position)
+        return len(self.order) - self.order.num_batches(self.position)
 
     @property
     def sampler(self) -> EpochSetter:
@@ -155,21 +155,21 @@ class Loader(abc.ABC):
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
         if epoch != self.epoch or self._iterated:
-            self.epoch, self._offset, self._served, self._iterated = epoch, self.plan.start, 0, False
+            self.epoch, self._offset, self._served, self._iterated = epoch, self.order.start, 0, False
 
     @property
     def epoch_served(self) -> bool:
         """True once the current epoch's last batch was handed out (the next iteration is the next epoch)."""
-        return self.plan.num_batches(self.position) == 0
+        return self.order.num_batches(self.position) == 0
 
     def state_dict(self) -> dict[str, Any]:
         """Where the last iteration stands; after its epoch's last batch, the start of the next epoch."""
         epoch, position, done = self.epoch, self.position, self.batches_done
         if self.epoch_served:
-            epoch, position, done = self.epoch + 1, self.plan.start, 0
-        return {"backend": self.backend, "epoch": epoch, **self.plan.save(position),
-                "batches_done": done, "seed": self.options.seed, "size": self.plan.size,
-                "shuffle": self.plan.shuffle, "batch_size": self.plan.batch_size, "rank": self.shard.rank,
+            epoch, position, done = self.epoch + 1, self.order.start, 0
+        return {"backend": self.backend, "epoch": epoch, **self.order.save(position),
+                "batches_done": done, "seed": self.options.seed, "size": self.order.size,
+                "shuffle": self.order.shuffle, "batch_size": self.order.batch_size, "rank": self.shard.rank,
                 "world_size": self.shard.world_size, "skipped": len(self.skipped),
                 "recipe": self.recipe.to_dict(), "image_size": self.image_size_at(epoch),
                 "dataset": self.dataset.fingerprint}
@@ -195,16 +195,16 @@ class Loader(abc.ABC):
             diff = Recipe.from_dict(state["recipe"]).describe_difference(self.recipe)
             raise ValueError(f"cannot resume: the state was saved with another augmentation recipe ({diff}); "
                              "resume with the recipe it was saved with")
-        self.epoch, self._offset, self._served, self._iterated = int(state["epoch"]), self.plan.restore(state), 0, False
+        self.epoch, self._offset, self._served, self._iterated = int(state["epoch"]), self.order.restore(state), 0, False
 
     def __iter__(self) -> Iterator[Batch | tuple]:
         """This epoch's batches, as Batch(images, labels, indices) (or the batch of the fields asked
         for), or the first two fields with batch_format="pair"; a batch counts as served (state_dict)
         once it is handed out. A backend yields Batch, or (Batch, extra columns) when fields are asked for."""
         if self._iterated:  # iterated before, and neither set_epoch nor load_state_dict since: the next epoch
-            self.epoch, self._offset, self._served = self.epoch + 1, self.plan.start, 0
+            self.epoch, self._offset, self._served = self.epoch + 1, self.order.start, 0
         self._offset, self._served, self._iterated = self.position, 0, True
-        self._epoch_bad = 0 if self._offset == self.plan.start else self._epoch_bad
+        self._epoch_bad = 0 if self._offset == self.order.start else self._epoch_bad
         keys, pair, spec = self._repeat_keys(), self.options.batch_format == "pair", self.field_spec
         for batch in self._iterate(self.epoch, self._offset):
             if spec is not None:
@@ -217,11 +217,11 @@ class Loader(abc.ABC):
             yield (batch[0], batch[1]) if pair else batch
 
     def _repeat_keys(self) -> Sequence[np.ndarray] | None:
-        """Under repeated augmentation with erasing, this iteration's batches as the plan's keys (a
+        """Under repeated augmentation with erasing, this iteration's batches as the order's keys (a
         record's copies have keys of their own, so their erasing boxes differ); else None."""
-        if self.stage is None or getattr(self.plan, "repeats", 1) == 1 or self.recipe.re_prob == 0:
+        if self.stage is None or getattr(self.order, "repeats", 1) == 1 or self.recipe.re_prob == 0:
             return None
-        return self.plan.batches(self.epoch, self._offset)
+        return self.order.batches(self.epoch, self._offset)
 
     def _batch_stage(self, batch: Batch, keys=None) -> Batch:
         """Erasing, mixup/cutmix and soft targets, seeded by the batch's position in the epoch."""
@@ -241,7 +241,7 @@ class Loader(abc.ABC):
                         b.substitute)
         self.skipped.extend(bad)
         self._epoch_bad += len(bad)
-        share = self.plan.samples_per_rank()
+        share = self.order.samples_per_rank()
         if bad and self._epoch_bad > self.options.max_bad_fraction * share:
             first = "; ".join(f"{b.path}: {b.reason}" for b in self.skipped[-min(3, len(self.skipped)):])
             raise TooManyBadSamples(
@@ -251,5 +251,5 @@ class Loader(abc.ABC):
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(backend={self.backend!r}, batches={len(self)}, "
-                f"batch_size={self.plan.batch_size}, rank={self.shard.rank}/{self.shard.world_size}, "
+                f"batch_size={self.order.batch_size}, rank={self.shard.rank}/{self.shard.world_size}, "
                 f"reason={self.reason!r})")

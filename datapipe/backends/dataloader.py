@@ -12,7 +12,7 @@ import torch
 
 from ..formats.base import Dataset
 from ..records import Fields
-from ..sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan, record_of
+from ..sharding import EpochOrder, READ_AHEAD_SHARDS, ShardOrder, record_of
 from ..storage.isolate import forks_nothing
 from ..augment.cpu import apply_ops
 from ..augment.custom import apply_transform
@@ -106,16 +106,16 @@ class EpochBatches:
     a position on. A remote dataset read shard-wise gets, with each batch's first sample, the next
     shards this rank will read, so the worker that reads it starts fetching them."""
 
-    def __init__(self, plan: EpochPlan | ShardPlan, *, read_ahead: int = 0, size: int = 224) -> None:
-        self.plan, self.epoch, self.offset, self.size = plan, 0, plan.start, size
-        self.read_ahead = read_ahead if isinstance(plan, ShardPlan) else 0
+    def __init__(self, order: EpochOrder | ShardOrder, *, read_ahead: int = 0, size: int = 224) -> None:
+        self.order, self.epoch, self.offset, self.size = order, 0, order.start, size
+        self.read_ahead = read_ahead if isinstance(order, ShardOrder) else 0
 
     def __len__(self) -> int:
-        return self.plan.num_batches(self.offset)
+        return self.order.num_batches(self.offset)
 
     def __iter__(self) -> Iterator[list[Item]]:
-        batches = self.plan.batches(self.epoch, self.offset)  # each computed when the sampler reaches it
-        hints = self.plan.shards_ahead(batches, self.read_ahead) if self.read_ahead else itertools.repeat(None)
+        batches = self.order.batches(self.epoch, self.offset)  # each computed when the sampler reaches it
+        hints = self.order.shards_ahead(batches, self.read_ahead) if self.read_ahead else itertools.repeat(None)
         for batch, hint in zip(batches, hints):
             yield [(self.epoch, int(i), hint if k == 0 else None, self.size) for k, i in enumerate(batch)]
 
@@ -136,16 +136,16 @@ class ProcessLoader(Loader):
 
     backend = "dataloader"
 
-    def __init__(self, dataset: Dataset, plan: EpochPlan | ShardPlan, options: LoaderOptions, *, reason: str = "") -> None:
-        super().__init__(dataset, plan, options, reason=reason)
+    def __init__(self, dataset: Dataset, order: EpochOrder | ShardOrder, options: LoaderOptions, *, reason: str = "") -> None:
+        super().__init__(dataset, order, options, reason=reason)
         self.device = options.torch_device
         workers = options.workers
         if workers and options.start_method in ("spawn", "forkserver"):
             check_picklable(options.tokenizer, f"the DataLoader's workers (start_method={options.start_method!r})")
-        self.batch_plan = EpochBatches(plan, read_ahead=READ_AHEAD_SHARDS if dataset.location.remote else 0,
-                                       size=options.image_size)
+        self.batch_order = EpochBatches(order, read_ahead=READ_AHEAD_SHARDS if dataset.location.remote else 0,
+                                        size=options.image_size)
         self.loader = torch.utils.data.DataLoader(
-            DecodedRecords(dataset, options, self.field_spec), batch_sampler=self.batch_plan,
+            DecodedRecords(dataset, options, self.field_spec), batch_sampler=self.batch_order,
             collate_fn=collate if self.field_spec is None else functools.partial(collate, fields=self.field_spec),
             num_workers=workers, pin_memory=options.pinned, worker_init_fn=_seed_worker,
             prefetch_factor=options.prefetch_factor if workers else None,
@@ -157,7 +157,7 @@ class ProcessLoader(Loader):
     def host_batches(self, epoch: int, offset: int) -> Iterator[tuple]:
         """(images, labels, indices): uint8 NCHW batches on the host (pinned where CUDA is used), bad
         samples counted and logged; the extra fields' columns after them when fields are asked for."""
-        self.batch_plan.epoch, self.batch_plan.offset, self.batch_plan.size = epoch, offset, self.image_size_at(epoch)
+        self.batch_order.epoch, self.batch_order.offset, self.batch_order.size = epoch, offset, self.image_size_at(epoch)
         with self._workers_stopped_on_error(), DEFERRED.fetch(), workers_start_deaf():
             batches = iter(self.loader)  # a persistent worker may have died since the last epoch
         if self.options.workers:

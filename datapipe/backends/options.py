@@ -48,7 +48,7 @@ class LoaderOptions:
     sampling: str = "auto"
     cache_dir: str | None = None
     cache_limit: int | None = None
-    mix_shards: int | None = None  # shard-wise sampling's block (ShardPlan); None: 16, 1 for datapipe's own shards
+    mix_shards: int | None = None  # shard-wise sampling's block (ShardOrder); None: 16, 1 for datapipe's own shards
     recipe: Recipe = Recipe(name="default")  # the augmentation (datapipe.augment); make_loader resolves names
     transform: Any = None  # your own per-record transform after the recipe (datapipe.augment.custom)
     batch_format: str = "batch"  # one of BATCH_FORMATS

@@ -25,7 +25,7 @@ import torch
 from PIL import Image
 
 from ..formats.base import Dataset, PerProcess
-from ..sharding import EpochPlan, ShardPlan
+from ..sharding import EpochOrder, ShardOrder
 from .bad_samples import BadSample
 from .base import Batch, Loader
 from .options import LoaderOptions
@@ -195,15 +195,15 @@ class ThreadLoader(Loader):
 
     backend = "threads"
 
-    def __init__(self, dataset: Dataset, plan: EpochPlan | ShardPlan, options: LoaderOptions, *, reason: str = "") -> None:
+    def __init__(self, dataset: Dataset, order: EpochOrder | ShardOrder, options: LoaderOptions, *, reason: str = "") -> None:
         if dataset.location.remote:
             raise ValueError(
                 f"backend='threads' reads {dataset} from threads of this process, which may fork workers "
                 "later: obstore cannot be used there (datapipe.storage.isolate), and forking a process whose "
                 "decode threads run is unsafe. Use backend='dataloader' (or 'auto') for a remote dataset")
-        super().__init__(dataset, plan, options, reason=reason)
+        super().__init__(dataset, order, options, reason=reason)
         self.device = options.torch_device
-        self.batch_plan = EpochBatches(plan, size=options.image_size)
+        self.batch_order = EpochBatches(order, size=options.image_size)
         # fused: prefetch_factor batches being filled, the one being handed over, the caller's, and
         # one a trainer may hold ahead (Lightning's fetcher): reused once let go of (BatchPool)
         self.normalize = Normalizer(self.device, options.dtype, options.channels_last, keep=options.prefetch_factor + 3,
@@ -217,10 +217,10 @@ class ThreadLoader(Loader):
         o, ring, self._ring = self.options, self._ring, None
         if self.fused:
             return deque()
-        if ring and ring[0].images.shape[-1] != self.batch_plan.size:  # the image size changed (set_image_size)
+        if ring and ring[0].images.shape[-1] != self.batch_order.size:  # the image size changed (set_image_size)
             ring = None
         pin = o.pinned and torch.cuda.is_available()
-        return deque(ring or [Slot(o.batch_size, self.batch_plan.size, pin=pin, device=self.device)
+        return deque(ring or [Slot(o.batch_size, self.batch_order.size, pin=pin, device=self.device)
                               for _ in range(o.prefetch_factor + 1)])
 
     def _records(self) -> DecodedRecords:
@@ -238,8 +238,8 @@ class ThreadLoader(Loader):
                 pass
 
     def _iterate(self, epoch: int, offset: int) -> Iterator[Batch | tuple[Batch, dict]]:
-        self.batch_plan.epoch, self.batch_plan.offset, self.batch_plan.size = epoch, offset, self.image_size_at(epoch)
-        batches = iter(self.batch_plan)
+        self.batch_order.epoch, self.batch_order.offset, self.batch_order.size = epoch, offset, self.image_size_at(epoch)
+        batches = iter(self.batch_order)
         o, ring = self.options, self._take_ring()
         free = deque(ring)
         self._prime()
@@ -266,7 +266,7 @@ class ThreadLoader(Loader):
         """A batch to fill: fused, an output batch that the threads normalize into (new, or the memory
         of one the caller has let go of); else the next free slot of the ring."""
         if self.fused:
-            return BatchJob(self.normalize.empty(len(items), self.batch_plan.size), self.normalize.sample_into, items)
+            return BatchJob(self.normalize.empty(len(items), self.batch_order.size), self.normalize.sample_into, items)
         slot = free.popleft()
         return BatchJob(slot.images, copy_row, items, slot)
 

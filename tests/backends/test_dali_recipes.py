@@ -22,7 +22,7 @@ from datapipe.augment.plan import op_bounds, ops_row, plan_sample  # noqa: E402
 from datapipe.backends.dali.source import EpochTable, PlannedSource, ViewSettings  # noqa: E402
 from datapipe.layout import image_dims  # noqa: E402
 from datapipe.selftest.recipe_ops import CASES, KIND_TOLERANCE, measured_differences, run_graph, textures  # noqa: E402
-from datapipe.sharding import EpochPlan, record_of  # noqa: E402
+from datapipe.sharding import EpochOrder, record_of  # noqa: E402
 from datapipe.transforms import plan_and_decode  # noqa: E402
 
 SMALL = dict(batch_size=6, image_size=40, num_workers=1, seed=3, device="cpu")
@@ -56,14 +56,14 @@ def test_the_source_sends_the_planners_rows(packed_lmdb, tmp_path, name):
     rows are the planner's (plan_sample), at the size of the epoch's table row, for repeats' keys too."""
     recipe, seed, size = RECIPES[name], 5, 48
     dataset = open_dataset(packed_lmdb)
-    plan = EpochPlan(len(dataset), 4, seed=seed, shuffle=True, repeats=recipe.aug_repeats)
+    order = EpochOrder(len(dataset), 4, seed=seed, shuffle=True, repeats=recipe.aug_repeats)
     table = EpochTable.create(tmp_path)
-    source = PlannedSource(dataset, plan, table, ViewSettings(32, True, seed, False, True, recipe))
+    source = PlannedSource(dataset, order, table, ViewSettings(32, True, seed, False, True, recipe))
     assert source.wire.carries("ops") == (op_bounds(recipe).slots > 0)
     sent_ops = 0
     for dali_epoch, epoch in enumerate((0, 3)):
-        table.write(dali_epoch, epoch, plan.encode(0), size=size)
-        for number, keys in enumerate(plan.batches(epoch)):
+        table.write(dali_epoch, epoch, order.encode(0), size=size)
+        for number, keys in enumerate(order.batches(epoch)):
             columns = dict(zip(source.wire.names, source(SimpleNamespace(epoch_idx=dali_epoch, iteration=number))))
             for k, key in enumerate(keys.tolist()):
                 index = record_of(key, len(dataset))

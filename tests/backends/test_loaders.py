@@ -122,12 +122,12 @@ def test_dali_source_survives_pickling_for_spawned_workers(source, tmp_path):
     from types import SimpleNamespace
 
     from datapipe.backends.dali.source import EpochTable, PlannedSource, ViewSettings
-    from datapipe.sharding import EpochPlan
+    from datapipe.sharding import EpochOrder
 
     ds = open_dataset(source)
     table = EpochTable.create(tmp_path)
-    plan = EpochPlan(len(ds), 2, shuffle=False)
-    source_fn = pickle.loads(pickle.dumps(PlannedSource(ds, plan, table, ViewSettings(32, True, 0, True, True))))
+    order = EpochOrder(len(ds), 2, shuffle=False)
+    source_fn = pickle.loads(pickle.dumps(PlannedSource(ds, order, table, ViewSettings(32, True, 0, True, True))))
     table.write(0, 0, 4)  # DALI epoch 0 reads epoch 0 from global position 4
     images, labels, indices, *_, replaced = source_fn(SimpleNamespace(epoch_idx=0, iteration=1))
     assert [bytes(i) for i in images] == [ds[6].data, ds[7].data]

@@ -85,7 +85,7 @@ def overlap(data: str, py_workers: int, folder: Path) -> dict:
     patch_reads(data, first_read_meets_the_others)
     loader = make_loader(data, backend="dali", batch_size=2, image_size=16, num_workers=2 * py_workers, train=False)
     served = [i for _, _, idx in loader for i in idx.tolist()]
-    expected = [int(i) for batch in loader.plan.batches(0, loader.plan.start) for i in batch]
+    expected = [int(i) for batch in loader.order.batches(0, loader.order.start) for i in batch]
     return {"workers": outcomes.read_text().split("\n")[:-1], "served": served, "expected": expected}
 
 

@@ -24,7 +24,7 @@ from datapipe.formats.tar import BLOCK
 from datapipe.formats.wds import ShardFile
 from datapipe.inspect import verify
 from datapipe.records import NO_FIELDS, Fields, Manifest, Record, SplitInfo, canonical_meta, record_digest
-from datapipe.sharding import EpochPlan
+from datapipe.sharding import EpochOrder
 from tests.conftest import IMAGEFOLDER
 from tests.fields_data import expected_fields, write_caption_folder
 
@@ -250,7 +250,7 @@ def test_an_hdf5_split_with_fields_costs_a_reader_no_private_byte_a_record(tmp_p
         builder.check_full()
         f.attrs[MANIFEST_ATTR] = Manifest("hdf5", [f"c{k}" for k in range(10)], {"train": info}).to_json()
     del records
-    batch = [int(i) for i in EpochPlan(N, BATCH, seed=0).batches(0)[0]] + [0, N - 1]
+    batch = [int(i) for i in EpochOrder(N, BATCH, seed=0).batches(0)[0]] + [0, N - 1]
     open_dataset(path)  # the modules imported outside the measure
     tracemalloc.start()
     try:

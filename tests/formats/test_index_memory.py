@@ -28,7 +28,7 @@ from datapipe.formats.wds import ShardFile
 from datapipe.formats.wds_index import offsets_file
 from datapipe.formats.wds_foreign import ForeignShardsDataset
 from datapipe.records import Manifest, Record, SplitInfo, record_digest
-from datapipe.sharding import EpochPlan
+from datapipe.sharding import EpochOrder
 from tests.storage.conftest import RangeHandler, isolated_cache, serve, stop_serving
 
 N = 100_000
@@ -44,7 +44,7 @@ def record(i: int) -> Record:
 
 
 def first_batch() -> np.ndarray:
-    return EpochPlan(N, BATCH, seed=0).batches(0)[0]
+    return EpochOrder(N, BATCH, seed=0).batches(0)[0]
 
 
 READ = sorted({0, N - 1, *first_batch().tolist()})

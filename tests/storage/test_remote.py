@@ -63,7 +63,7 @@ def test_loading_from_s3_is_shard_wise_every_sample_once_equal_ranks_right_label
         pytest.importorskip("nvidia.dali")
     labels = [r.label for r in read_all(open_dataset(packed_wds))]
     loaders = [make_loader(s3_wds, backend=backend, rank=r, world_size=2, **SMALL) for r in range(2)]
-    assert type(loaders[0].plan).__name__ == "ShardPlan"
+    assert type(loaders[0].order).__name__ == "ShardOrder"
     seen = []
     for loader in loaders:
         loader.set_epoch(0)
@@ -246,4 +246,4 @@ def test_global_sampling_over_a_store_needs_a_cache_for_every_shard(s3_wds):
     with pytest.raises(ValueError, match="sampling='global' reads from every shard"):
         make_loader(s3_wds, sampling="global", cache_limit=200_000, **SMALL)
     loader = make_loader(s3_wds, sampling="global", **SMALL)
-    assert type(loader.plan).__name__ == "EpochPlan"
+    assert type(loader.order).__name__ == "EpochOrder"

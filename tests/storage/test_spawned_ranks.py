@@ -162,7 +162,7 @@ def test_a_dali_source_marks_the_worker_it_runs_in_not_the_process_that_made_it(
     pytest.importorskip("nvidia.dali")
     loader = make_loader(packed_wds, backend="dali", batch_size=4, image_size=16, device="cpu")
     source = loader.source  # the loader stays referenced: its finalizer removes the epoch table
-    loader.table.write(0, 0, loader.plan.encode(0))  # DALI epoch 0 serves epoch 0 from its start
+    loader.table.write(0, 0, loader.order.encode(0))  # DALI epoch 0 serves epoch 0 from its start
     assert _call_source(source)  # called where it was made (a test, the loader itself): no mark
     assert call_in_child(_call_source, source) is False  # a process other than its maker's: a worker
     assert may_fork_workers()

@@ -1,4 +1,4 @@
-"""DALI backend: the plan's records, read by a parallel external_source, decoded by DALI (nvJPEG
+"""DALI backend: the epoch order's records, read by a parallel external_source, decoded by DALI (nvJPEG
 `mixed` on CUDA, CPU operators otherwise) into the same views as the other backends.
 
 One pipeline serves every epoch and every resume: its worker processes start once (under `spawn`
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ...formats.base import Dataset, DatasetReplaced
-from ...sharding import EpochPlan, ShardPlan, record_of
+from ...sharding import EpochOrder, ShardOrder, record_of
 from ..bad_samples import BadSample, record_path
 from ..base import Batch, Loader
 from ..fields import TokenizerFailed, check_picklable
@@ -143,9 +143,9 @@ class DaliLoader(Loader):
 
     backend = "dali"
 
-    def __init__(self, dataset: Dataset, plan: EpochPlan | ShardPlan, options: LoaderOptions, *, reason: str = "") -> None:
+    def __init__(self, dataset: Dataset, order: EpochOrder | ShardOrder, options: LoaderOptions, *, reason: str = "") -> None:
         require_dali()
-        super().__init__(dataset, plan, options, reason=reason)
+        super().__init__(dataset, order, options, reason=reason)
         self.device = options.torch_device
         if self.device.type == "cuda" or options.start_method == "spawn":  # the source workers are spawned
             check_picklable(options.tokenizer, "DALI's source workers")
@@ -154,7 +154,7 @@ class DaliLoader(Loader):
         self.table = EpochTable.create(folder)
         settings = ViewSettings(options.image_size, options.train, options.seed, options.on_error == "skip",
                                 not dataset.validated, options.recipe, gpu_decode=self.device.type == "cuda")
-        self.source = PlannedSource(dataset, plan, self.table, settings, self.field_spec)
+        self.source = PlannedSource(dataset, order, self.table, settings, self.field_spec)
         self.threads, self.py_workers = thread_budget(max(1, options.workers), cuda=self.device.type == "cuda")
         self.hw_decoder_load = HW_DECODER_LOAD  # set before the first batch: 0 keeps JPEGs off the hardware decoder
         self._handoff = Handoff(self.device) if self.device.type == "cuda" else None
@@ -175,7 +175,7 @@ class DaliLoader(Loader):
         cuda = self.device.type == "cuda"
         seed = int(np.random.default_rng([self.options.seed, self.shard.rank]).integers(2**31))
         self._pipe = build_pipeline(
-            self.source, batch_size=self.plan.batch_size, threads=self.threads, py_workers=self.py_workers,
+            self.source, batch_size=self.order.batch_size, threads=self.threads, py_workers=self.py_workers,
             device_id=self.device.index if cuda else None, start_method=self.start_method, seed=seed,
             channels_last=self.options.channels_last, output=PIPELINE_OUTPUT.get(self.options.dtype, "float32"),
             recipe=self.options.recipe, hw_decoder_load=self.hw_decoder_load,
@@ -194,11 +194,11 @@ class DaliLoader(Loader):
         size = self.image_size_at(epoch)
         if self._pipe is None:
             self._dali_epoch = 0
-            self.table.write(0, epoch, self.plan.encode(offset), size=size)
+            self.table.write(0, epoch, self.order.encode(offset), size=size)
             self._build()
             return
         self._dali_epoch += 1
-        self.table.write(self._dali_epoch, epoch, self.plan.encode(offset), size=size)
+        self.table.write(self._dali_epoch, epoch, self.order.encode(offset), size=size)
         self.table.stop(self._dali_epoch - 1)
         drained = 0
         try:
@@ -212,7 +212,7 @@ class DaliLoader(Loader):
         self._iterator.reset()
 
     def _iterate(self, epoch: int, offset: int) -> Iterator[Batch | tuple[Batch, dict]]:
-        count = self.plan.num_batches(offset)
+        count = self.order.num_batches(offset)
         if count == 0:
             return
         self._check_workers()
@@ -270,7 +270,7 @@ class DaliLoader(Loader):
         named = next((l for l in reversed(lines) if "cannot read or decode record" in l), None)
         if named is not None:
             return RuntimeError(named.split("RuntimeError: ", 1)[-1])
-        batches = self.plan.batches(epoch, offset)[number:number + 3]
+        batches = self.order.batches(epoch, offset)[number:number + 3]
         suspects = [record_path(self.dataset, record_of(int(i), len(self.dataset))) for b in batches for i in b][:8]
         return RuntimeError(f"DALI failed in epoch {epoch} at batch {number}: {lines[-1] if lines else exc}. "
                             f"The batch in flight held: {', '.join(suspects)}. DALI cannot skip a sample its "

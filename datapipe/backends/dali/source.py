@@ -1,4 +1,4 @@
-"""What DALI's parallel external_source runs in its worker processes: the plan's batches, read
+"""What DALI's parallel external_source runs in its worker processes: the epoch order's batches, read
 through datapipe.formats, with each sample's plan (view geometry, interpolation, pixel ops: the
 planner's draws, datapipe.augment.plan) and the on_error policy applied.
 
@@ -30,7 +30,7 @@ from ...formats.base import Dataset
 from ...geometry import ViewGeometry, view_of
 from ...headers import BadImageError, image_ext, jpeg_scan_start, png_has_transparency
 from ...layout import image_dims
-from ...sharding import EpochPlan, READ_AHEAD_SHARDS, ShardPlan, record_of
+from ...sharding import EpochOrder, READ_AHEAD_SHARDS, ShardOrder, record_of
 from ...storage.isolate import forks_nothing, may_fork_workers
 from ..bad_samples import serve_or_substitute
 from ..deaths import shield_worker
@@ -45,7 +45,7 @@ PNG_END = b"IEND\xaeB`\x82"
 
 class EpochTable:
     """DALI epoch number -> (epoch, batch limit, image size) in a file every worker maps, and the
-    epoch's position (the plan's JSON form) in a small file beside it, written before the row. The
+    epoch's position (the order's JSON form) in a small file beside it, written before the row. The
     size row is how progressive resizing reaches the workers without a new pipeline (0: the
     settings' size)."""
 
@@ -150,26 +150,26 @@ def op_columns(ops: tuple[Op, ...], size: int) -> dict[str, Any]:
 
 
 class PlannedSource:
-    """BatchInfo -> one batch of the plan as the columns of its `wire` (wire.py): encoded images,
+    """BatchInfo -> one batch of the epoch order as the columns of its `wire` (wire.py): encoded images,
     labels, record indices, the views, the ops where the graph applies them, the record each sample
     replaced (-1 for none), the extra fields where asked for. The image size of each DALI epoch comes
     from its table row (progressive resizing), else from the settings."""
 
-    def __init__(self, dataset: Dataset, plan: EpochPlan | ShardPlan, table: EpochTable, settings: ViewSettings,
+    def __init__(self, dataset: Dataset, order: EpochOrder | ShardOrder, table: EpochTable, settings: ViewSettings,
                  fields: FieldSpec | None = None) -> None:
-        self.dataset, self.plan, self.table, self.settings, self.fields = dataset, plan, table, settings, fields
+        self.dataset, self.order, self.table, self.settings, self.fields = dataset, order, table, settings, fields
         self.wire = Wire.of(ops=settings.train and op_bounds(settings.recipe).slots > 0, fields=fields is not None)
         self._maker_pid = os.getpid()  # kept through pickling: a spawned worker compares its own with it
         self._cached: tuple[tuple[int, int], Sequence[np.ndarray]] | None = None
         self._ahead: Sequence[tuple[int, ...]] | None = None  # per batch, computed when asked for
 
     def _batches(self, epoch: int, dali_epoch: int) -> Sequence[np.ndarray]:
-        """The plan's batches for this DALI epoch (each computed when asked for), kept for its next calls."""
+        """The order's batches for this DALI epoch (each computed when asked for), kept for its next calls."""
         if self._cached is None or self._cached[0] != (epoch, dali_epoch):
-            position = self.plan.decode(self.table.position(dali_epoch))
-            batches = self.plan.batches(epoch, position)
-            remote = self.dataset.location.remote and isinstance(self.plan, ShardPlan)
-            self._ahead = self.plan.shards_ahead(batches, READ_AHEAD_SHARDS) if remote else None
+            position = self.order.decode(self.table.position(dali_epoch))
+            batches = self.order.batches(epoch, position)
+            remote = self.dataset.location.remote and isinstance(self.order, ShardOrder)
+            self._ahead = self.order.shards_ahead(batches, READ_AHEAD_SHARDS) if remote else None
             self._cached = ((epoch, dali_epoch), batches)
         return self._cached[1]
 

@@ -8,19 +8,19 @@ import itertools
 import numpy as np
 import pytest
 
-from datapipe.sharding import Shard, ShardPlan
+from datapipe.sharding import Shard, ShardOrder
 
 SIZES = (40, 37, 45, 41, 39, 44, 38, 42, 43, 36, 40, 35)  # 12 shards, 480 samples
 MIXES = [{"mix_shards": 1}, {"mix_shards": 3}, {}]  # shard by shard, blocks of 3 shards, the default
 
 
-def plans(world, batch=8, **kw):
-    return [ShardPlan(SIZES, batch, Shard(r, world), seed=3, **kw) for r in range(world)]
+def orders(world, batch=8, **kw):
+    return [ShardOrder(SIZES, batch, Shard(r, world), seed=3, **kw) for r in range(world)]
 
 
 def consume(world, position, batches, epoch=0, **kw):
     """Indices the ranks read in `batches` batches from `position`, and the position after."""
-    ps = plans(world, **kw)
+    ps = orders(world, **kw)
     read = [i for p in ps for b in p.batches(epoch, position)[:batches] for i in b.tolist()]
     return read, ps[0].offset_after(position, batches)
 
@@ -28,7 +28,7 @@ def consume(world, position, batches, epoch=0, **kw):
 @pytest.mark.parametrize("mix", MIXES)
 @pytest.mark.parametrize("world", [1, 2, 3, 5, 8])
 def test_every_sample_once_equal_batches_and_only_a_few_shards_per_rank(world, mix):
-    ps = plans(world, **mix)
+    ps = orders(world, **mix)
     per_rank = [p.rank_indices(0) for p in ps]
     assert len({len(r) for r in per_rank}) == 1 and len({len(p) for p in ps}) == 1
     everything = np.concatenate(per_rank)
@@ -41,7 +41,7 @@ def test_every_sample_once_equal_batches_and_only_a_few_shards_per_rank(world, m
 
 
 def test_each_epoch_a_new_shard_order_and_a_shuffle_inside_shards():
-    p = plans(1, mix_shards=1)[0]
+    p = orders(1, mix_shards=1)[0]
     e0, e1 = p.rank_indices(0), p.rank_indices(1)
     assert sorted(e0.tolist()) == sorted(e1.tolist()) and not np.array_equal(e0, e1)
     runs = [k for k, _ in itertools.groupby(p.shard_of(e0).tolist())]
@@ -49,13 +49,13 @@ def test_each_epoch_a_new_shard_order_and_a_shuffle_inside_shards():
     assert runs != sorted(runs)
     first = e0[: SIZES[runs[0]]]
     assert not np.array_equal(first, np.sort(first))
-    assert np.array_equal(ShardPlan(SIZES, 8, shuffle=False).rank_indices(0), np.arange(sum(SIZES)))
+    assert np.array_equal(ShardOrder(SIZES, 8, shuffle=False).rank_indices(0), np.arange(sum(SIZES)))
 
 
 @pytest.mark.parametrize("mix", MIXES)
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_resume_at_the_same_world_size_is_the_exact_continuation(drop_last, mix):
-    ps = plans(3, drop_last=drop_last, **mix)
+    ps = orders(3, drop_last=drop_last, **mix)
     position = ps[0].offset_after(ps[0].start, 4)
     position = ps[0].offset_after(position, 2)  # two saves in a row at one world size stay one segment
     assert position == ((3, 48),)
@@ -72,7 +72,7 @@ def test_elastic_resume_reads_every_remaining_sample_exactly_once(worlds, mix):
     for world in worlds[:-1]:
         read, position = consume(world, position, 3, **mix)
         seen += read
-    last = plans(worlds[-1], **mix)
+    last = orders(worlds[-1], **mix)
     rest = [i for p in last for i in p.rank_indices(0, position).tolist()]
     assert len({len(p.rank_indices(0, position)) for p in last}) == 1
     assert len(set(seen)) == len(seen)  # nothing read twice before the end of the epoch
@@ -81,20 +81,20 @@ def test_elastic_resume_reads_every_remaining_sample_exactly_once(worlds, mix):
 
 
 def test_drop_last_gives_full_batches_and_trims_at_most_world_times_batch():
-    ps = plans(5, drop_last=True)
+    ps = orders(5, drop_last=True)
     got = [p.rank_indices(0) for p in ps]
     assert all(len(g) % 8 == 0 and len(g) == len(got[0]) for g in got)
     assert len(set(np.concatenate(got).tolist())) == len(np.concatenate(got))
     assert sum(SIZES) - 5 * len(got[0]) < 5 * 8
 
 
-def test_positions_of_one_plan_are_refused_by_the_other():
-    from datapipe.sharding import EpochPlan
+def test_positions_of_one_order_are_refused_by_the_other():
+    from datapipe.sharding import EpochOrder
 
     with pytest.raises(ValueError, match="sampling='shards'"):
-        EpochPlan(480, 8).restore({"epoch": 0, "shard_position": [[2, 16]], "samples_done": 32})
+        EpochOrder(480, 8).restore({"epoch": 0, "shard_position": [[2, 16]], "samples_done": 32})
     with pytest.raises(ValueError, match="global sampling"):
-        ShardPlan(SIZES, 8).restore({"epoch": 0, "samples_done": 32})
+        ShardOrder(SIZES, 8).restore({"epoch": 0, "samples_done": 32})
 
 
 def test_a_rank_computes_a_batch_of_a_billion_record_epoch_without_holding_the_epoch():
@@ -102,51 +102,51 @@ def test_a_rank_computes_a_batch_of_a_billion_record_epoch_without_holding_the_e
     mid-epoch, costs one batch's arithmetic, on one rank of eight and on a rank alone."""
     import tracemalloc
 
-    from datapipe.sharding import EpochPlan
+    from datapipe.sharding import EpochOrder
 
     size, batch, offset = 10**9, 256, 123_456_789
     for shard in (Shard(5, 8), Shard(0, 1)):
-        plan = EpochPlan(size, batch, shard, seed=1)
+        order = EpochOrder(size, batch, shard, seed=1)
         tracemalloc.start()
         try:
-            batches = plan.batches(3, offset)
+            batches = order.batches(3, offset)
             middle = batches[len(batches) // 2]
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
         assert peak < 1 << 20, peak  # under 1 MiB: the epoch's order would be 8 GB
-        assert len(batches) == plan.num_batches(offset) and len(middle) == batch
+        assert len(batches) == order.num_batches(offset) and len(middle) == batch
         assert len(np.unique(middle)) == batch and 0 <= middle.min() and middle.max() < size
-        later = plan.batches(3, plan.offset_after(offset, 1))  # resumed one batch later: the same batches on
+        later = order.batches(3, order.offset_after(offset, 1))  # resumed one batch later: the same batches on
         assert np.array_equal(later[len(batches) // 2 - 1], middle)
 
 
 def test_a_mid_epoch_state_saved_in_another_order_is_refused_and_one_at_an_epoch_boundary_resumes():
-    """Both plans: a position saved without the order's version (before #33) counts in another order."""
-    from datapipe.sharding import EpochPlan
+    """Both orders: a position saved without the order's version (before #33) counts in another order."""
+    from datapipe.sharding import EpochOrder
 
-    plan = EpochPlan(480, 8, Shard(0, 2), seed=3)
-    assert plan.restore({"epoch": 2, **plan.save(32)}) == 32
+    order = EpochOrder(480, 8, Shard(0, 2), seed=3)
+    assert order.restore({"epoch": 2, **order.save(32)}) == 32
     with pytest.raises(ValueError, match=r"^cannot resume mid-epoch: the state was saved with the epoch order "
                                          r"'numpy-permutation', .* at an epoch boundary, or with the datapipe version"):
-        plan.restore({"epoch": 2, "samples_done": 32})  # saved by a datapipe from before the computed order
-    assert plan.restore({"epoch": 2, "samples_done": 0}) == 0
-    assert EpochPlan(480, 8, shuffle=False).restore({"epoch": 2, "samples_done": 32}) == 32  # the stored order
-    shardwise = ShardPlan(SIZES, 8, Shard(0, 2), seed=3)
+        order.restore({"epoch": 2, "samples_done": 32})  # saved by a datapipe from before the computed order
+    assert order.restore({"epoch": 2, "samples_done": 0}) == 0
+    assert EpochOrder(480, 8, shuffle=False).restore({"epoch": 2, "samples_done": 32}) == 32  # the stored order
+    shardwise = ShardOrder(SIZES, 8, Shard(0, 2), seed=3)
     assert shardwise.restore({"epoch": 2, **shardwise.save(((2, 16),))}) == ((2, 16),)
     with pytest.raises(ValueError, match=r"^cannot resume mid-epoch: the state was saved with the epoch order"):
         shardwise.restore({"epoch": 2, "shard_position": [[2, 16]], "mix_shards": 16, "samples_done": 32})
     assert shardwise.restore({"epoch": 2, "shard_position": [], "mix_shards": 16, "samples_done": 0}) == ()
 
 
-def stored_batches(p: ShardPlan, epoch: int, position=()) -> list[np.ndarray]:
-    """The plan's batches as they were computed with the whole order stored (before #33): the same
+def stored_batches(p: ShardOrder, epoch: int, position=()) -> list[np.ndarray]:
+    """The order's batches as they were computed with the whole order stored (before #33): the same
     keyed order and mixing draws, materialised, the rest rebuilt through `place` and mixed with a
     lexsort over whole pieces."""
     from datapipe.order import uniform
-    from datapipe.shardwise import ShardOrder
+    from datapipe.shardwise import ShardwisePermutation
 
-    order = ShardOrder(p.shard_sizes, seed=p.seed, epoch=epoch, shuffle=p.shuffle).records(np.arange(p.size))
+    order = ShardwisePermutation(p.shard_sizes, seed=p.seed, epoch=epoch, shuffle=p.shuffle).records(np.arange(p.size))
     place = np.empty_like(order)
     place[order] = np.arange(len(order))
 
@@ -178,7 +178,7 @@ def stored_batches(p: ShardPlan, epoch: int, position=()) -> list[np.ndarray]:
     return [mine[i:i + p.batch_size] for i in range(0, len(mine), p.batch_size)]
 
 
-def stored_hints(p: ShardPlan, batches: list[np.ndarray], count: int) -> list[tuple[int, ...]]:
+def stored_hints(p: ShardOrder, batches: list[np.ndarray], count: int) -> list[tuple[int, ...]]:
     """shards_ahead as it was computed over the whole list of batches (before #33)."""
     shards = p.shard_of(np.concatenate(batches))
     found, first = np.unique(shards, return_index=True)
@@ -210,7 +210,7 @@ def test_the_computed_stream_is_the_stored_orders_batches_and_hints_at_every_pos
     the rank reads anyway (one or two shards)."""
     position = ()
     for world in worlds:
-        ps = [ShardPlan(sizes, 4, Shard(r, world), seed=3, drop_last=drop_last, **mix) for r in range(world)]
+        ps = [ShardOrder(sizes, 4, Shard(r, world), seed=3, drop_last=drop_last, **mix) for r in range(world)]
         for p in ps:
             want = stored_batches(p, 1, position)
             got = p.batches(1, position)
@@ -228,12 +228,12 @@ def test_a_rank_reads_a_batch_of_a_billion_record_shardwise_epoch_without_holdin
     sizes = (10_000,) * 100_000
     tracemalloc.start()
     try:
-        position = ShardPlan(sizes, 256, Shard(0, 4), seed=1).offset_after((), 1000)
-        plan = ShardPlan(sizes, 256, Shard(5, 8), seed=1)
-        batches = plan.batches(2, position)
-        middle, hint = batches[len(batches) // 2], plan.shards_ahead(batches, 2)[len(batches) // 2]
+        position = ShardOrder(sizes, 256, Shard(0, 4), seed=1).offset_after((), 1000)
+        order = ShardOrder(sizes, 256, Shard(5, 8), seed=1)
+        batches = order.batches(2, position)
+        middle, hint = batches[len(batches) // 2], order.shards_ahead(batches, 2)[len(batches) // 2]
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert peak < 64 << 20, peak  # the tables (10^5 shards) and blocks of 16 x 10^4 records, per rank of 4 then 8
-    assert len(np.unique(middle)) == 256 and set(plan.shard_of(middle).tolist()) <= set(hint)
+    assert len(np.unique(middle)) == 256 and set(order.shard_of(middle).tolist()) <= set(hint)
