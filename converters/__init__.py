@@ -1,6 +1,6 @@
 """Offline packing of image folders into LMDB, HDF5 or WebDataset shards (no format knowledge here)."""
 from .convert import convert
 from .pack import ConvertError, ConvertOptions, ConvertReport
-from .plan import Plan, Task, make_plan
+from .tasks import Task, TaskList, list_tasks
 
-__all__ = ["convert", "ConvertOptions", "ConvertReport", "ConvertError", "make_plan", "Plan", "Task"]
+__all__ = ["convert", "ConvertOptions", "ConvertReport", "ConvertError", "list_tasks", "TaskList", "Task"]

@@ -8,8 +8,8 @@
 
 The tars are indexed from their headers (datapipe.formats.tar.walk_tar, which trusts nothing it
 reads; an inner tar is walked as a byte range of the outer file), and each image becomes a task
-whose path is an archive member (converters.members): workers read its bytes with pread. The plan
-equals the one of the folder torchvision's ImageNet extracts (`train/WNID/*`, `val/WNID/*`): the train
+whose path is an archive member (converters.members): workers read its bytes with pread. The task
+list equals the one of the folder torchvision's ImageNet extracts (`train/WNID/*`, `val/WNID/*`): the train
 split's sorted WNIDs as classes for both splits, the same keys, order, labels and bytes, so the same
 record digests. A folder that holds `train/` or `val/` folders beside the archives converts as before.
 """

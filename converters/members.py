@@ -3,7 +3,7 @@ of a tar (or of a tar inside a tar); converters.parquet has a Parquet file's row
 
 A tar stores its members uncompressed, one after another, so a member of a per-class tar inside
 ImageNet's `ILSVRC2012_img_train.tar` is simply bytes `offset .. offset + size` of the outer file:
-the plan indexes the headers once, and workers read the range with pread, in any order, in parallel,
+the scan indexes the headers once, and workers read the range with pread, in any order, in parallel,
 and again on --resume. Nothing is extracted to disk.
 
 `ArchiveMember` is the task's path: a str that reads as the member's place

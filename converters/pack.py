@@ -2,7 +2,7 @@
 
 `.wds` is written shard by shard by parallel tasks (`converters.sharded`, on the local or the Ray
 engine). LMDB and HDF5 are single files with one writer: workers read and check files
-(datapipe.decode.check_image) and the main process writes them in plan order, so the output is
+(datapipe.decode.check_image) and the main process writes them in write order, so the output is
 identical for any number of workers and after any --resume; every `checkpoint_every` files the
 writer makes its data durable and then the progress file is replaced.
 """
@@ -32,7 +32,7 @@ from .engines import ENGINES, Engine, make_engine
 from .errors import ConvertError, StrictStop
 from .inputs import open_input, reading
 from .lock import writer_lock
-from .plan import Plan, Task, make_plan
+from .tasks import Task, TaskList, list_tasks
 from .sharded import ShardedResult, write_shards
 from .shards import ShardContext
 from .sources import NONE, changed_files, file_fingerprint, name_some, read_stat, stat_key
@@ -47,7 +47,7 @@ MIN_AUTO_SHARD, MAX_AUTO_SHARD, TARGET_SHARDS = 16 << 20, 256 << 20, 128
 def auto_shard_bytes(input_bytes: int) -> int:
     """The default shard size: the input split into about 128 shards, within 16-256 MiB. Readers
     that give each worker whole shards (the webdataset library, DALI's readers.webdataset, the
-    shard-wise plan over ranks x workers) need many shards: at 256 MB a 350 MB dataset had two, and
+    shard-wise order over ranks x workers) need many shards: at 256 MB a 350 MB dataset had two, and
     the webdataset library read it at 419 img/s against 557 with 32 MB shards (issue #12). ImageNet
     (~140 GB) still gets 256 MiB shards (~550 of them)."""
     return min(MAX_AUTO_SHARD, max(MIN_AUTO_SHARD, (input_bytes // TARGET_SHARDS) >> 20 << 20))
@@ -184,7 +184,7 @@ def _results(tasks: list[Task], workers: int, options: ConvertOptions, staging: 
         yield from pool.map(_prepare, jobs, chunk=16)
 
 
-def _start(src: Path, dst: Path, options: ConvertOptions, spec: FormatSpec, plan: Plan,
+def _start(src: Path, dst: Path, options: ConvertOptions, spec: FormatSpec, task_list: TaskList,
            staging: Path) -> tuple[Any, Progress]:
     """Open the writer on a fresh staging folder, or restore it from the last checkpoint (--resume)."""
     arguments = options.content_arguments(spec)
@@ -194,29 +194,29 @@ def _start(src: Path, dst: Path, options: ConvertOptions, spec: FormatSpec, plan
         if diff:
             raise ConvertError(f"--resume with other options than the interrupted run ({'; '.join(diff)}); "
                                "pass the same options, or --overwrite to start over")
-        if progress.fingerprint != plan.fingerprint:
+        if progress.fingerprint != task_list.fingerprint:
             raise ConvertError(f"{src} changed since the interrupted conversion; --overwrite starts over")
-        _check_sources(plan, progress, staging)
+        _check_sources(task_list, progress, staging)
         try:
-            writer = spec.writer(staging, size_hint=plan.input_bytes, shard_bytes=options.shard_bytes)
+            writer = spec.writer(staging, size_hint=task_list.input_bytes, shard_bytes=options.shard_bytes)
             writer.restore(progress.writer, progress.counts())
-            log.info("resuming %s after %d of %d files", dst, progress.done, len(plan.tasks))
+            log.info("resuming %s after %d of %d files", dst, progress.done, len(task_list.tasks))
             return writer, progress
         except Exception as exc:  # a crash can leave a store its library refuses to reopen
             log.warning("cannot reopen the interrupted output (%s); converting from the start", exc)
     remove(staging)
-    progress = Progress(plan.fingerprint, arguments, splits={s: SplitInfo(skipped=list(v))
-                                                             for s, v in plan.skipped.items()})
-    writer = spec.writer(staging, size_hint=plan.input_bytes, shard_bytes=options.shard_bytes)
+    progress = Progress(task_list.fingerprint, arguments, splits={s: SplitInfo(skipped=list(v))
+                                                                  for s, v in task_list.skipped.items()})
+    writer = spec.writer(staging, size_hint=task_list.input_bytes, shard_bytes=options.shard_bytes)
     progress.save(staging)
     return writer, progress
 
 
-def _check_sources(plan: Plan, progress: Progress, staging: Path) -> None:
+def _check_sources(task_list: TaskList, progress: Progress, staging: Path) -> None:
     """Refuse to resume when a file the interrupted run packed was rewritten since (same name and
-    size: the plan still matches). LMDB and HDF5 records follow one another in plan order and each
+    size: the task list still matches). LMDB and HDF5 records follow one another in write order and each
     split's digest chains them, so one record cannot be replaced; .wds builds the shard again."""
-    packed = itertools.islice(plan.tasks, progress.done)
+    packed = itertools.islice(task_list.tasks, progress.done)
     changed = changed_files(packed, SourceLog.read(staging, progress.sources))
     if changed:
         raise ConvertError(f"{len(changed)} source file(s) changed since the interrupted conversion packed them "
@@ -235,8 +235,8 @@ def _check_destination(src: str | Path, dst: Path, staging: Path, options: Conve
                            "or --overwrite to start over")
 
 
-def prepare(src: str | Path, spec: FormatSpec, options: ConvertOptions) -> tuple[Plan, ConvertOptions]:
-    """The plan of what will be written, and the options with the shard size resolved; refuses what
+def prepare(src: str | Path, spec: FormatSpec, options: ConvertOptions) -> tuple[TaskList, ConvertOptions]:
+    """The task list (what will be written), and the options with the shard size resolved; refuses what
     cannot be done (--strict with files the scan rejected, Ray with a single-writer format)."""
     if options.engine == "ray" and not spec.sharded:
         raise ConvertError(f"--engine ray writes .wds only: {spec.name} is a single file with one writer. "
@@ -244,27 +244,27 @@ def prepare(src: str | Path, spec: FormatSpec, options: ConvertOptions) -> tuple
     if is_url(src) and not spec.sharded:
         raise ConvertError(f"reading the images from object storage writes .wds only, not {spec.name}; convert "
                            "to .wds, or copy the images to a local disk first")
-    plan = make_plan(src, labels=options.labels, layout=options.layout, split=options.split,
-                     shuffle_seed=options.seed if spec.sharded else None)
-    rejected = [bad for bads in plan.skipped.values() for bad in bads]
+    task_list = list_tasks(src, labels=options.labels, layout=options.layout, split=options.split,
+                           shuffle_seed=options.seed if spec.sharded else None)
+    rejected = [bad for bads in task_list.skipped.values() for bad in bads]
     if options.strict and rejected:
         raise StrictStop(f"{rejected[0]['path']}: {rejected[0]['reason']} (--strict stops at the first bad file)")
     if options.shard_bytes is None:
-        options = replace(options, shard_bytes=auto_shard_bytes(plan.input_bytes))
-    return plan, options
+        options = replace(options, shard_bytes=auto_shard_bytes(task_list.input_bytes))
+    return task_list, options
 
 
-def run_sharded(src: str | Path, target: Target, plan: Plan, spec: FormatSpec, options: ConvertOptions,
+def run_sharded(src: str | Path, target: Target, task_list: TaskList, spec: FormatSpec, options: ConvertOptions,
                 engine: Engine | None = None) -> ShardedResult:
     """Write a .wds dataset's shards, offsets and manifest into `target` on `engine` (by default the
     one the options name); `src` is a folder or an object-store prefix."""
     source = RemoteStore(str(src)) if is_url(src) else None
     src = redact(str(src)) if is_url(src) else str(Path(src).resolve())
-    ctx = ShardContext(target, options.checks, plan.fingerprint, options.content_arguments(spec), options.strict,
+    ctx = ShardContext(target, options.checks, task_list.fingerprint, options.content_arguments(spec), options.strict,
                        source)
     engine = engine or make_engine(options.engine, workers=options.workers or cpus_per_rank(),
                                    ray_address=options.ray_address)
-    return write_shards(plan, ctx, engine, shard_bytes=options.shard_bytes,
+    return write_shards(task_list, ctx, engine, shard_bytes=options.shard_bytes,
                         resume=options.resume, progress=options.progress, fmt=spec.name, source=src)
 
 
@@ -280,15 +280,15 @@ def _convert_locked(src: str | Path, dst: Path, spec: FormatSpec, options: Conve
                     engine: Engine | None) -> ConvertReport:
     staging = staging_path(dst)
     _check_destination(src, dst, staging, options)
-    plan, options = prepare(src, spec, options)
+    task_list, options = prepare(src, spec, options)
     dst.parent.mkdir(parents=True, exist_ok=True)
     if spec.sharded:
-        return _convert_sharded(src, dst, staging, plan, spec, options, engine)
-    writer, progress = _start(src, dst, options, spec, plan, staging)
+        return _convert_sharded(src, dst, staging, task_list, spec, options, engine)
+    writer, progress = _start(src, dst, options, spec, task_list, staging)
     started = time.perf_counter()
     try:
         with contextlib.closing(SourceLog(staging, progress.sources)) as sources:
-            processed = _write_all(plan, writer, progress, sources, staging, options)
+            processed = _write_all(task_list, writer, progress, sources, staging, options)
     except StrictStop:  # nothing worth resuming
         writer.abort()
         remove(staging)
@@ -297,7 +297,7 @@ def _convert_locked(src: str | Path, dst: Path, spec: FormatSpec, options: Conve
         writer.abort()
         raise
     seconds = time.perf_counter() - started
-    manifest = Manifest(spec.name, plan.classes, progress.splits,
+    manifest = Manifest(spec.name, task_list.classes, progress.splits,
                         arguments={**progress.arguments, "source": str(src.resolve())},
                         created=datetime.now(timezone.utc).isoformat(timespec="seconds"), seconds=round(seconds, 3))
     writer.close(manifest)
@@ -305,13 +305,13 @@ def _convert_locked(src: str | Path, dst: Path, spec: FormatSpec, options: Conve
     return ConvertReport(dst, spec.name, progress.splits, seconds, processed)
 
 
-def _convert_sharded(src: str | Path, dst: Path, staging: Path, plan: Plan, spec: FormatSpec,
+def _convert_sharded(src: str | Path, dst: Path, staging: Path, task_list: TaskList, spec: FormatSpec,
                      options: ConvertOptions, engine: Engine | None) -> ConvertReport:
     if not (options.resume and staging.is_dir()):
         remove(staging)
     staging.mkdir(parents=True, exist_ok=True)
     try:
-        result = run_sharded(src, FolderTarget(staging), plan, spec, options, engine)
+        result = run_sharded(src, FolderTarget(staging), task_list, spec, options, engine)
     except StrictStop:
         remove(staging)
         raise
@@ -319,13 +319,13 @@ def _convert_sharded(src: str | Path, dst: Path, staging: Path, plan: Plan, spec
     return ConvertReport(dst, spec.name, result.splits, result.seconds, result.processed)
 
 
-def _write_all(plan: Plan, writer: Any, progress: Progress, sources: SourceLog, staging: Path,
+def _write_all(task_list: TaskList, writer: Any, progress: Progress, sources: SourceLog, staging: Path,
                options: ConvertOptions) -> int:
     """Validate and write every task after `progress.done`, logging each file's fingerprint;
     checkpoint as it goes. Returns files processed."""
-    todo = plan.tasks[progress.done:]
+    todo = task_list.tasks[progress.done:]
     workers = options.workers or cpus_per_rank()
-    bar = tqdm(total=len(plan.tasks), initial=progress.done, unit="img", disable=not options.progress,
+    bar = tqdm(total=len(task_list.tasks), initial=progress.done, unit="img", disable=not options.progress,
                dynamic_ncols=True, smoothing=0.05)
     megabytes, last, started = 0.0, 0.0, time.perf_counter()
     results = _results(todo, min(workers, max(1, len(todo))), options, staging)

@@ -4,16 +4,16 @@ The layout (splits from the file names, the image and label columns, the class n
 schema's metadata, label -1 for a split without labels) is datapipe.formats.parquet's, and so are the
 fields beside them: a caption column (`caption`/`text`) becomes each record's `Fields.text`, a
 multi-label column (`Sequence(ClassLabel)`, or `labels` holding id lists) its `Fields.labels`; both
-are small and read here, at plan time, so the plan's fingerprint and the record digests cover them.
+are small and read here, at scan time, so the task list's fingerprint and the record digests cover them.
 Which column gives the label and the classes when a file has a label and a list column is that
 module's rule; a row whose label or list holds an id outside the classes is skipped with its reason.
 
-The plan reads only each file's footer and its label, caption and multi-label columns. Each row
+The scan reads only each file's footer and its label, caption and multi-label columns. Each row
 becomes a task whose path is a `ParquetRow` (converters.members): workers read its row group when
 they first need one of its rows and keep that one row group (bounded memory: one per process), so
 tasks go in row-group order: for a .wds output the seed shuffles the row groups and the rows inside
 each, not all rows at once.
-A file that is not readable Parquet (a truncated download) or lacks a column stops the plan with one
+A file that is not readable Parquet (a truncated download) or lacks a column stops the scan with one
 line; a bad image is skipped and listed as `FILE#row N` like a folder's bad file.
 """
 from __future__ import annotations
@@ -72,7 +72,7 @@ class RowFile:
         rows = _CACHE["rows"]
         index = self.row.row - self.row.first
         if not 0 <= index < len(rows):
-            raise BadImageError(f"row group {self.row.group} has {len(rows)} rows now: the file changed since the plan")
+            raise BadImageError(f"row group {self.row.group} has {len(rows)} rows now: the file changed since the scan")
         if rows[index] is None:
             raise BadImageError(f"no image bytes in column {self.row.column!r} (null, or a path only)")
         return rows[index]  # type: ignore[no-any-return]

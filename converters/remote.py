@@ -45,13 +45,13 @@ def convert_to_url(src: str | Path, url: str, options: ConvertOptions, engine: E
     target = StoreTarget(url)
     present = target.listing()
     _check_store(present, url, options)
-    plan, options = prepare(src, spec, options)
+    task_list, options = prepare(src, spec, options)
     if options.overwrite:  # the old dataset stops opening first; none of its record lists is reused
         for name in [MANIFEST_NAME] + [n for n in present if n.endswith(LIST_SUFFIX)]:
             if name in present:
                 target.delete(name)
         options = dataclasses.replace(options, resume=False)
-    result = run_sharded(src, target, plan, spec, options, engine)
+    result = run_sharded(src, target, task_list, spec, options, engine)
     written = {s["name"] for info in result.splits.values() for s in info.shards}
     written |= {idx_name(name) for name in written}
     written |= {info.index["name"] for info in result.splits.values()} | {MANIFEST_NAME}

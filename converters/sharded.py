@@ -3,7 +3,7 @@ an engine (local processes or Ray), then merge their record lists into the offse
 manifest, written last.
 
 No process writes another's shard and the driver touches no image bytes, so a conversion scales
-with the cores (or nodes) that build shards; the output depends only on the plan and the options,
+with the cores (or nodes) that build shards; the output depends only on the task list and the options,
 never on the engine, the number of workers or the order shards finish in.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from datapipe.records import MANIFEST_NAME, Manifest, SplitInfo, chain_digest, f
 
 from .engines import Engine
 from .errors import ConvertError
-from .plan import Plan, ShardJob, shard_jobs
+from .tasks import ShardJob, TaskList, shard_jobs
 from .shards import ShardContext, ShardRecords
 from .sources import changed_files, name_some
 from .staging import mismatched_arguments
@@ -42,9 +42,9 @@ class ShardedResult:
     processed: int
 
 
-def finished_shards(target: Target, jobs: list[ShardJob], plan: Plan,
+def finished_shards(target: Target, jobs: list[ShardJob], task_list: TaskList,
                     arguments: dict[str, Any]) -> Iterator[ShardRecords]:
-    """The shards an interrupted run committed whole, in shard order: a record list made by this plan
+    """The shards an interrupted run committed whole, in shard order: a record list made by this task list
     with these options, its shard files present at their recorded sizes, and none of its input files
     rewritten since (converters.sources). Others are built again: a shard is written whole, so one
     built again holds the new bytes and nothing of the old."""
@@ -62,7 +62,7 @@ def finished_shards(target: Target, jobs: list[ShardJob], plan: Plan,
         if diff:
             raise ConvertError(f"--resume with other options than the interrupted run ({'; '.join(diff)}); "
                                "pass the same options, or --overwrite to start over")
-        if records.plan != plan.fingerprint:
+        if records.plan != task_list.fingerprint:  # ShardRecords' stored key 'plan', kept
             raise ConvertError("the source changed since the interrupted conversion; --overwrite starts over")
         if not all(listing.get(f) == size for f, size in records.files.items()):
             continue
@@ -79,12 +79,12 @@ class Merger:
     files, shard entries and sample offsets, in shard order. Only lists that arrive ahead of their
     turn wait, so the driver never holds a whole dataset's digests (14M for ImageNet-21k)."""
 
-    def __init__(self, plan: Plan, jobs: list[ShardJob]) -> None:
+    def __init__(self, task_list: TaskList, jobs: list[ShardJob]) -> None:
         self.order = [job.name for job in jobs]
         self.next = 0
         self.waiting: dict[str, ShardRecords] = {}
-        self.splits = {s: SplitInfo(skipped=list(plan.skipped[s])) for s in plan.splits}
-        self.starts: dict[str, list[np.ndarray]] = {s: [] for s in plan.splits}
+        self.splits = {s: SplitInfo(skipped=list(task_list.skipped[s])) for s in task_list.splits}
+        self.starts: dict[str, list[np.ndarray]] = {s: [] for s in task_list.splits}
 
     def add(self, records: ShardRecords) -> None:
         self.waiting[records.name] = records
@@ -115,13 +115,13 @@ class Merger:
         return self.splits
 
 
-def write_shards(plan: Plan, ctx: ShardContext, engine: Engine, *, shard_bytes: int, resume: bool,
+def write_shards(task_list: TaskList, ctx: ShardContext, engine: Engine, *, shard_bytes: int, resume: bool,
                  progress: bool, fmt: str, source: str) -> ShardedResult:
     """Build every shard not already committed, then the offsets files and the manifest (last);
     the record lists are deleted once the manifest is written."""
-    jobs = shard_jobs(plan, shard_bytes)
-    merger, done, kept_files = Merger(plan, jobs), set(), 0
-    for records in finished_shards(ctx.target, jobs, plan, ctx.arguments) if resume else ():
+    jobs = shard_jobs(task_list, shard_bytes)
+    merger, done, kept_files = Merger(task_list, jobs), set(), 0
+    for records in finished_shards(ctx.target, jobs, task_list, ctx.arguments) if resume else ():
         merger.add(records)
         done.add(records.name)
         kept_files += records.processed
@@ -130,7 +130,7 @@ def write_shards(plan: Plan, ctx: ShardContext, engine: Engine, *, shard_bytes: 
     ctx.target.clear_scratch()
     todo = [job for job in jobs if job.name not in done]
     started = time.perf_counter()
-    bar = tqdm(total=len(plan.tasks), initial=kept_files, unit="img",
+    bar = tqdm(total=len(task_list.tasks), initial=kept_files, unit="img",
                disable=not progress, dynamic_ncols=True, smoothing=0.05)
     stored = [0]
 
@@ -146,7 +146,7 @@ def write_shards(plan: Plan, ctx: ShardContext, engine: Engine, *, shard_bytes: 
     ctx.target.clear_scratch()  # what killed attempts left
     seconds = time.perf_counter() - started
     splits = merger.finish(ctx.target)
-    manifest = Manifest(fmt, plan.classes, splits, arguments={**ctx.arguments, "source": source},
+    manifest = Manifest(fmt, task_list.classes, splits, arguments={**ctx.arguments, "source": source},
                         created=datetime.now(timezone.utc).isoformat(timespec="seconds"), seconds=round(seconds, 3))
     ctx.target.put(MANIFEST_NAME, manifest.to_json().encode("utf-8"))
     for job in jobs:

@@ -1,8 +1,8 @@
-"""One planned shard, written whole by one task: read, validate and store its files, then its record list.
+"""One shard job, written whole by one task: read, validate and store its files, then its record list.
 
 The same function runs in a local worker process and in a Ray task, so both engines write the same
 bytes. The record list (`{split}-{NNNNNN}.records.json`) says what the shard holds (record digests,
-sample offsets, the files rejected and why) and which plan and options made it; the driver merges
+sample offsets, the files rejected and why) and which task list and options made it; the driver merges
 the lists into the manifest, and `--resume` keeps every shard whose list is there and matches.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from datapipe.records import Record, field_union, record_digest
 from datapipe.storage import RemoteStore, StoreNotFound, redact
 
 from .errors import ConvertError, ShardFailed, StrictStop
-from .plan import ShardJob, Task
+from .tasks import ShardJob, Task
 from .sources import file_fingerprint, read_stat
 from .targets import LIST_SUFFIX, Target
 
@@ -36,7 +36,7 @@ class ShardRecords:
 
     name: str
     split: str
-    plan: str
+    plan: str  # the task list's fingerprint (the stored key 'plan': record lists written before stay readable)
     arguments: dict[str, Any]
     shard: dict[str, Any] | None = None
     digests: list[str] = field(default_factory=list)
@@ -69,7 +69,7 @@ class ShardContext:
 
     target: Target
     checks: dict[str, Any]  # check_image's options: validate, awkward, resize_max, quality
-    plan: str  # the plan's fingerprint
+    fingerprint: str  # the task list's fingerprint
     arguments: dict[str, Any]  # the options that decide the bytes
     strict: bool = False
     source: RemoteStore | None = None  # the source when it is an object-store prefix
@@ -89,7 +89,7 @@ def read_source(task: Task, source: RemoteStore | None = None) -> tuple[bytes, o
 
 def build_shard(job: ShardJob, ctx: ShardContext, tick: Tick | None = None) -> ShardRecords:
     """Write shard `job` to the target and return its record list (committed last)."""
-    records = ShardRecords(job.name, job.split, ctx.plan, ctx.arguments)
+    records = ShardRecords(job.name, job.split, ctx.fingerprint, ctx.arguments)
     with ctx.target.scratch(job.name) as folder:
         shard = ShardFile(folder, job.split, job.number)
         for position, task in enumerate(job.tasks, start=job.first):

@@ -1,6 +1,6 @@
 """Fingerprints of the input files a conversion packed, so that `--resume` notices one rewritten since.
 
-The plan pins each file's name, size and label. A file rewritten with the same size (an edit, a
+The task list pins each file's name, size and label. A file rewritten with the same size (an edit, a
 re-download, `cp -p` over it) kept its old bytes in the finished part while the rest was read new:
 a mixed dataset that verifies (issue #34). So the read that packs a file also records its
 fingerprint: size, mtime (ns), ctime (ns) and inode from fstat, and the digest of its bytes as its
@@ -74,7 +74,7 @@ def file_fingerprint(st: os.stat_result | None, key: str, label: int, raw: bytes
 
 
 def changed_files(tasks: Iterable[Any], prints: Iterable[str]) -> list[str]:
-    """The paths of the tasks (converters.plan.Task) whose file no longer matches the fingerprint
+    """The paths of the tasks (converters.tasks.Task) whose file no longer matches the fingerprint
     recorded when it was packed, in order; a task without one (NONE) is not checked."""
     archives: dict[str, StatKey | None] = {}
     return [task.path for task, recorded in zip(tasks, prints) if recorded and _changed(task, recorded, archives)]

@@ -49,7 +49,7 @@ class Progress:
 
 class SourceLog:
     """The fingerprints (converters.sources) of the files an LMDB or HDF5 conversion consumed, a line
-    each in plan order: appended as it goes, made durable at each checkpoint before the progress
+    each in write order: appended as it goes, made durable at each checkpoint before the progress
     file that counts them. Append-only, so 1.28M files cost one pass, not one rewrite per checkpoint."""
 
     def __init__(self, staging: Path, keep: int) -> None:

@@ -6,7 +6,7 @@ The shards are indexed from their headers (datapipe.formats.tar, which trusts no
 each sample's image becomes a task whose path is an archive member (converters.members): workers
 read its bytes with pread, as for ImageNet's tars. Its caption (`.txt`), metadata (`.json`) and
 class ids (`.cls`: one, or several "3 7" / "3,7": multi-labels) are small: they are read here, at
-scan, into `ImageFile.fields`, so the plan's fingerprint, the record digests and --resume cover them.
+scan, into `ImageFile.fields`, so the task list's fingerprint, the record digests and --resume cover them.
 A sample without `.cls` has label -1; the classes are "0" .. the largest id, as when the shards are
 read in place (datapipe.formats.wds_foreign); a `.cls` id at or past MAX_INFERRED_CLASSES (a damaged
 or crafted label) skips its sample, so that list stays bounded. A shard cut short keeps the samples

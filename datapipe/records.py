@@ -17,7 +17,7 @@ from .errors import quoted, summary
 from .names import UnsafeName, check_digest, check_name
 
 MANIFEST_NAME = "manifest.json"
-MANIFEST_VERSION = 2  # 2: a .wds record's .i64 holds its plan position (skipped files keep theirs)
+MANIFEST_VERSION = 2  # 2: a .wds record's .i64 holds its write position (skipped files keep theirs)
 READABLE_VERSIONS = (1, 2)
 CHAIN_START = "0" * 64
 

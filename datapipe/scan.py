@@ -2,7 +2,7 @@
 
 Used by the plain-folder reader and by the converters, so both see the same files, labels and keys.
 The folder may also be an object-store prefix (`s3://bucket/raw/`): its object names are read as a
-folder tree, so a store and a disk holding the same files scan to the same plan.
+folder tree, so a store and a disk holding the same files scan to the same task list.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The `parquet` fuzz target: the Hub-layout Parquet reader (datapipe.formats.parquet) read in place
-and its converter's plan, against a memory bound on the process's peak RSS (pyarrow's buffers are
+and its converter's task list, against a memory bound on the process's peak RSS (pyarrow's buffers are
 invisible to tracemalloc). fuzz/targets.py registers it."""
 from __future__ import annotations
 
@@ -74,9 +74,9 @@ def _reset_peak_rss() -> int | None:
 
 def check_parquet(data: bytes) -> None:
     """The input as `train-00000-of-00001.parquet`: opened in place (ParquetDataset: footer, column
-    types, classes) and its first records read, then planned for conversion (converters.parquet:
+    types, classes) and its first records read, then listed for conversion (converters.parquet:
     every row's label, caption and ids) and its first rows' images read as a worker does. Opening
-    and planning raise ValueError (the one-line errors) or succeed; a record raises ValueError (a
+    and listing raise ValueError (the one-line errors) or succeed; a record raises ValueError (a
     bad record), OSError or a pyarrow error (a row group that cannot be read: the loader's on_error
     serves around it); a worker's row read, BadImageError. In time (CPU), and within PARQUET_MEMORY
     of peak RSS (pyarrow's buffers are outside tracemalloc's view)."""

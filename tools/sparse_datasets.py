@@ -1,6 +1,6 @@
 """Datasets of up to 100M records for index benchmarks, in each format's real layout but sparse: the
 per-record index (offsets, labels) is written whole, real samples only at the records a benchmark
-reads (`readable`), the rest is a hole in the file (or an unwritten HDF5 row). Opening, planning an
+reads (`readable`), the rest is a hole in the file (or an unwritten HDF5 row). Opening, ordering an
 epoch and reading those records then cost what they cost on a full dataset of that size.
 
     from sparse_datasets import build_sparse, readable

@@ -1,6 +1,6 @@
 """Where shard tasks run: `local` (this machine's cores) or `ray` (a Ray cluster, optional extra).
 
-An engine takes the planned shard jobs and a context and yields each shard's record list as it
+An engine takes the shard jobs and a context and yields each shard's record list as it
 finishes; every engine runs the same `converters.shards.build_shard`, so their outputs are identical.
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-from ..plan import ShardJob
+from ..tasks import ShardJob
 from ..shards import ShardContext, ShardRecords, Tick
 
 ENGINES = ("local", "ray")

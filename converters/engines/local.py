@@ -11,7 +11,7 @@ from typing import Any
 
 from datapipe.storage.isolate import forks_nothing
 
-from ..plan import ShardJob
+from ..tasks import ShardJob
 from ..shards import ShardContext, ShardRecords, Tick, build_shard
 from ..targets import Target
 from ..workers import WorkerPool, exit_if_orphaned

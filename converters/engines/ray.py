@@ -1,10 +1,11 @@
-"""The Ray engine: every planned shard is one Ray task running `build_shard`, anywhere in the cluster.
+"""The Ray engine: every shard job is one Ray task running `build_shard`, anywhere in the cluster.
 
 Install with `pip install 'datapipe[ray]'` on every node. Tasks read the source and write the
 destination themselves, so both must be reachable from every node: a filesystem every node mounts,
 or an object-store URL as the destination. A task that fails (its worker died, the disk or the store
 failed) is retried `max_retries` times, each attempt building the whole shard again into a fresh
-scratch folder; then the run stops, naming the shard. The driver only plans and merges record lists.
+scratch folder; then the run stops, naming the shard. The driver only lists the tasks, cuts the
+shards and merges record lists.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Any
 from datapipe.storage.isolate import forks_nothing
 
 from ..errors import ConvertError, ShardFailed
-from ..plan import ShardJob
+from ..tasks import ShardJob
 from ..shards import ShardContext, ShardRecords, Tick, build_shard
 
 log = logging.getLogger(__name__)

@@ -42,8 +42,8 @@ _NOT_IMAGE = ("cls", "i64", "json", "txt")  # a sample's members besides its ima
 
 
 class RecordPositions:
-    """Dataset index -> record position, the id a record's `.i64` holds: its slot in the conversion
-    plan. Files the converter rejected keep their slot (the manifest's `skipped` entries carry it as
+    """Dataset index -> record position, the id a record's `.i64` holds: its slot in the conversion's
+    write order. Files the converter rejected keep their slot (the manifest's `skipped` entries carry it as
     `position`), so shards can be written in any order; with none rejected, position == index."""
 
     def __init__(self, skipped: list[dict[str, Any]]) -> None:

@@ -67,19 +67,19 @@ def test_strict_stops_at_a_dangling_symlink_in_one_line(source, tmp_path, suffix
 
 
 def vanish_after_the_scan(monkeypatch, source: Path) -> None:
-    """Once the plan is made: delete one file, and the target of a symlink that was whole."""
+    """Once the task list is made: delete one file, and the target of a symlink that was whole."""
     (source / "elsewhere").mkdir()
     shutil.move(source / "train/cat/cat_003.jpg", source / "elsewhere/cat_003.jpg")
     (source / "train/cat/cat_003.jpg").symlink_to(source / "elsewhere/cat_003.jpg")
-    make_plan = converters.pack.make_plan
+    list_tasks = converters.pack.list_tasks
 
-    def planned_then_gone(*args, **kwargs):
-        plan = make_plan(*args, **kwargs)
+    def listed_then_gone(*args, **kwargs):
+        task_list = list_tasks(*args, **kwargs)
         (source / "train/dog/dog_001.jpg").unlink()
         (source / "elsewhere/cat_003.jpg").unlink()
-        return plan
+        return task_list
 
-    monkeypatch.setattr(converters.pack, "make_plan", planned_then_gone)
+    monkeypatch.setattr(converters.pack, "list_tasks", listed_then_gone)
 
 
 @pytest.mark.parametrize("workers", [1, 2])

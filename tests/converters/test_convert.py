@@ -174,7 +174,7 @@ def test_a_file_that_changes_after_validation_is_skipped_not_stored(tmp_path):
     """The writer reads a validated original again (its bytes do not cross a pipe); what it reads
     must be what the worker checked."""
     from converters.pack import _init_worker, _prepare, _stored_bytes
-    from converters.plan import Task
+    from converters.tasks import Task
     from datapipe.headers import BadImageError
 
     path = tmp_path / "a.jpg"
@@ -215,11 +215,11 @@ def test_a_file_cut_inside_its_header_is_reported_and_the_run_goes_on(tmp_path, 
 def test_split_picks_one_split_of_a_train_val_folder(tmp_path):
     """--split val on a SPLIT/CLASS/* folder converts val alone, labelled by train's classes; a split
     the folder lacks is a one-line error (it used to convert every split, silently)."""
-    from converters import make_plan
+    from converters import list_tasks
 
-    plan = make_plan(IMAGEFOLDER, split="val")
-    assert plan.splits == ["val"] and plan.classes == make_plan(IMAGEFOLDER).classes
+    task_list = list_tasks(IMAGEFOLDER, split="val")
+    assert task_list.splits == ["val"] and task_list.classes == list_tasks(IMAGEFOLDER).classes
     convert(IMAGEFOLDER, tmp_path / "val.lmdb", ConvertOptions(split="val"))
     assert list(read_manifest(tmp_path / "val.lmdb").splits) == ["val"]
     with pytest.raises(ValueError, match=r"--split 'test': .* has the splits train, val"):
-        make_plan(IMAGEFOLDER, split="test")
+        list_tasks(IMAGEFOLDER, split="test")

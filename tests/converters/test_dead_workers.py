@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from converters import ConvertOptions, convert, make_plan
+from converters import ConvertOptions, convert, list_tasks
 from converters.engines.local import LocalEngine
-from converters.plan import shard_jobs
+from converters.tasks import shard_jobs
 from converters.shards import ShardContext
 from converters.targets import FolderTarget
 from datapipe.formats import staging_path
@@ -30,7 +30,7 @@ def _deadline():
 
 def victim_shard() -> str:
     """A shard of at least three files that is not the first to start."""
-    jobs = shard_jobs(make_plan(IMAGEFOLDER, shuffle_seed=0), 64 << 10)
+    jobs = shard_jobs(list_tasks(IMAGEFOLDER, shuffle_seed=0), 64 << 10)
     return next(job.name for job in jobs[1:] if len(job.tasks) >= 3)
 
 
@@ -70,14 +70,14 @@ def test_local_workers_count_every_file_and_fork_nothing(tmp_path, monkeypatch):
         return build(job, ctx, tick)
 
     monkeypatch.setattr(local, "build_shard", marking)
-    plan = make_plan(IMAGEFOLDER, shuffle_seed=0)
-    jobs = shard_jobs(plan, 64 << 10)
+    task_list = list_tasks(IMAGEFOLDER, shuffle_seed=0)
+    jobs = shard_jobs(task_list, 64 << 10)
     (tmp_path / "out").mkdir()
-    ctx = ShardContext(FolderTarget(tmp_path / "out"), ConvertOptions().checks, plan.fingerprint, {})
+    ctx = ShardContext(FolderTarget(tmp_path / "out"), ConvertOptions().checks, task_list.fingerprint, {})
     ticks = []
     built = list(LocalEngine(2).run(jobs, ctx, lambda files, nbytes: ticks.append((files, nbytes))))
     assert sorted(r.name for r in built) == [j.name for j in jobs]
-    assert sum(f for f, _ in ticks) == len(plan.tasks) and sum(b for _, b in ticks) == sum(r.data_bytes for r in built)
+    assert sum(f for f, _ in ticks) == len(task_list.tasks) and sum(b for _, b in ticks) == sum(r.data_bytes for r in built)
     marks = [p.name.split(".") for p in tmp_path.glob("*.*.*")]
     assert sorted(m[0] for m in marks) == [j.name for j in jobs]
     assert {m[2] for m in marks} == {"0"} and str(os.getpid()) not in {m[1] for m in marks}

@@ -19,7 +19,7 @@ import pytest
 import scipy.io
 from PIL import Image
 
-from converters import ConvertError, ConvertOptions, convert, make_plan
+from converters import ConvertError, ConvertOptions, convert, list_tasks
 from converters.matfile import read_mat
 from converters.inputs import read_input
 from converters.members import ArchiveMember
@@ -250,28 +250,28 @@ def test_a_damaged_class_tar_is_one_line_naming_it(download, tmp_path):
     root = copy_of(download, tmp_path, ILSVRC2012_img_train__tar=bytes(blob))
     with pytest.raises(ValueError, match=r"^n01443537\.tar inside .*ILSVRC2012_img_train\.tar: a tar header fails its "
                                          r"checksum at byte \d+"):
-        make_plan(root)
+        list_tasks(root)
 
 
 def test_split_keeps_one_split_with_the_train_class_list(download):
-    plan = make_plan(download, split="val")
-    assert plan.splits == ["val"] and plan.classes == WNIDS and len(plan.tasks) == 6
-    assert all(isinstance(t.path, ArchiveMember) for t in plan.tasks)
+    task_list = list_tasks(download, split="val")
+    assert task_list.splits == ["val"] and task_list.classes == WNIDS and len(task_list.tasks) == 6
+    assert all(isinstance(t.path, ArchiveMember) for t in task_list.tasks)
     with pytest.raises(ValueError, match=r"--split 'test': the ImageNet download in .* has train and val"):
-        make_plan(download, split="test")
+        list_tasks(download, split="test")
 
 
 def test_extracted_split_folders_beside_the_archives_convert_as_before(download, tmp_path):
     root = copy_of(download, tmp_path)
     (root / "train" / "cat").mkdir(parents=True)
     (root / "train" / "cat" / "a.jpg").write_bytes(jpeg(1))
-    plan = make_plan(root)
-    assert plan.classes == ["cat"] and [type(t.path) for t in plan.tasks] == [str]
+    task_list = list_tasks(root)
+    assert task_list.classes == ["cat"] and [type(t.path) for t in task_list.tasks] == [str]
 
 
 def test_an_archive_gone_stops_the_run_while_a_member_cut_short_is_a_bad_file(download, tmp_path):
     tar = str(download / "ILSVRC2012_img_val.tar")
-    task = make_plan(download, split="val").tasks[0]
+    task = list_tasks(download, split="val").tasks[0]
     member = task.path
     assert read_input(member) == expected()["val"][task.key][0]
     with pytest.raises(FileNotFoundError, match=r"ILSVRC2012_img_val\.tar:ILSVRC2012_val_"):

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from converters import ConvertOptions, convert, make_plan
+from converters import ConvertOptions, convert, list_tasks
 from datapipe import open_dataset, read_manifest
 from datapipe.cli import main
 from datapipe.decode import check_image
@@ -75,13 +75,13 @@ def test_without_metadata_the_classes_are_the_labels_and_wds_order_keeps_row_gro
     rows = fixture_rows()
     pq.write_table(hub_table(rows, names=None), tmp_path / "train-00000-of-00002.parquet", row_group_size=5)
     pq.write_table(hub_table(rows[:6], names=None), tmp_path / "train-00001-of-00002.parquet", row_group_size=5)
-    plan = make_plan(tmp_path, shuffle_seed=3)
-    assert plan.classes == ["0", "1", "2"] and plan.splits == ["train"] and len(plan.tasks) == len(rows) + 6
-    groups = [(t.path.archive, t.path.group) for t in plan.tasks]
+    task_list = list_tasks(tmp_path, shuffle_seed=3)
+    assert task_list.classes == ["0", "1", "2"] and task_list.splits == ["train"] and len(task_list.tasks) == len(rows) + 6
+    groups = [(t.path.archive, t.path.group) for t in task_list.tasks]
     runs = [g for n, g in enumerate(groups) if n == 0 or g != groups[n - 1]]
     assert len(runs) == len(set(groups)) == 6 + 2  # shuffled by row group: a worker reads each once
-    assert all(type(t.path).__name__ == "ParquetRow" and t.relpath.endswith(f"#row {t.path.row}") for t in plan.tasks)
-    assert make_plan(tmp_path, shuffle_seed=3).tasks == plan.tasks != make_plan(tmp_path).tasks
+    assert all(type(t.path).__name__ == "ParquetRow" and t.relpath.endswith(f"#row {t.path.row}") for t in task_list.tasks)
+    assert list_tasks(tmp_path, shuffle_seed=3).tasks == task_list.tasks != list_tasks(tmp_path).tasks
 
 
 def test_a_row_without_image_bytes_or_with_an_unknown_label_is_skipped_and_the_rest_packed(hub, tmp_path):
@@ -95,8 +95,8 @@ def test_a_row_without_image_bytes_or_with_an_unknown_label_is_skipped_and_the_r
         f"{TRAIN}#row 0": "no image bytes in column 'image' (null, or a path only)",
         f"{TRAIN}#row 1": "label 7 is not a class id (0..2)"}
     assert contents(tmp_path / "out.lmdb") == {"train": sorted([(rows[2][1], 1), (rows[3][1], 2)])}
-    plan = make_plan(hub, split="val")
-    assert plan.splits == ["val"] and plan.classes == CLASSES
+    task_list = list_tasks(hub, split="val")
+    assert task_list.splits == ["val"] and task_list.classes == CLASSES
 
 
 def test_a_truncated_file_is_one_line_naming_it(hub, tmp_path, capsys):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from converters import ConvertError, ConvertOptions, convert, make_plan
+from converters import ConvertError, ConvertOptions, convert, list_tasks
 from converters.engines.ray import RayEngine
 from datapipe import read_manifest
 from datapipe.formats import staging_path
@@ -86,7 +86,7 @@ def test_resume_after_the_driver_is_killed(local_ray, ray_home, big_source, tmp_
     finished = len(list(staging_path(dst).glob("*.records.json")))
     assert finished >= 2 and not dst.exists()
     report = convert(big_source, dst, ConvertOptions(**OPTIONS, engine="ray", resume=True))
-    assert 0 < report.processed < len(make_plan(big_source).tasks)  # the finished shards were kept
+    assert 0 < report.processed < len(list_tasks(big_source).tasks)  # the finished shards were kept
     convert(big_source, tmp_path / "local.wds", ConvertOptions(**OPTIONS, workers=2))
     same_dataset_files(tmp_path / "local.wds", dst)
 

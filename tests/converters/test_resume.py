@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from converters import ConvertError, ConvertOptions, convert, make_plan
+from converters import ConvertError, ConvertOptions, convert, list_tasks
 from datapipe import open_dataset, read_manifest
 from datapipe.formats import staging_path
 from tests.conftest import IMAGEFOLDER
@@ -36,7 +36,7 @@ def _kill_midway(src: Path, dst: Path, extra: list[str]) -> float:
     staging = staging_path(dst)
     if dst.suffix == ".wds":
         return len(list(staging.glob("*.records.json"))) / len(list((dst.parent / "clean.wds").glob("*.tar")))
-    return json.loads((staging / "progress.json").read_text())["done"] / len(make_plan(src).tasks)
+    return json.loads((staging / "progress.json").read_text())["done"] / len(list_tasks(src).tasks)
 
 
 def _content(path: Path) -> dict:

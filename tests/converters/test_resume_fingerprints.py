@@ -1,5 +1,5 @@
 """A source file rewritten with the same size between an interrupted conversion and `--resume` (the
-plan, which pins names and sizes, still matches): the result never mixes old and new bytes. `.wds`
+task list, which pins names and sizes, still matches): the result never mixes old and new bytes. `.wds`
 builds the shards holding such a file again; LMDB and HDF5 refuse in one line naming the file.
 A rewrite that keeps the mtime (`cp -p`, `rsync -t`) counts too; a file only touched does not."""
 import os
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from converters import ConvertError, ConvertOptions, Task, convert, make_plan
+from converters import ConvertError, ConvertOptions, Task, convert, list_tasks
 from converters import sources
 from converters.members import ArchiveMember
-from converters.plan import shard_jobs
+from converters.tasks import shard_jobs
 from converters.sources import RACY_NS, changed_files, fingerprint, read_stat
 from datapipe import open_dataset
 from datapipe.formats import staging_path
@@ -64,7 +64,7 @@ def test_wds_resume_builds_again_the_shard_of_a_file_rewritten_with_the_same_siz
         kill_convert_when_stopped(["convert", str(source), str(dst), "--workers", "2", "--shard-size", "64KiB",
                                    "-q"], after_shards(1))
     staging = staging_path(dst)
-    built = [job for job in shard_jobs(make_plan(source, shuffle_seed=0), SHARD)
+    built = [job for job in shard_jobs(list_tasks(source, shuffle_seed=0), SHARD)
              if (staging / f"{job.name}.records.json").exists()]
     victim = next(task for job in built for task in job.tasks if is_jfif(task.path))
     rewrite(Path(victim.path), keep_mtime=keep_mtime)
@@ -78,7 +78,7 @@ def test_lmdb_resume_refuses_a_file_rewritten_with_its_mtime_kept_and_takes_it_b
     with deadline():
         kill_convert_when_stopped(["convert", str(source), str(dst), "--workers", "2", "--checkpoint-every", "4",
                                    "-q"], after_checkpoint(4))
-    victim = next(Path(t.path) for t in make_plan(source).tasks[:4] if is_jfif(t.path))
+    victim = next(Path(t.path) for t in list_tasks(source).tasks[:4] if is_jfif(t.path))
     original = victim.read_bytes()
     rewrite(victim, keep_mtime=True)
     options = ConvertOptions(progress=False, resume=True, workers=1)

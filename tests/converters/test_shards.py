@@ -1,4 +1,4 @@
-"""Shards fixed by the plan and written whole by parallel tasks: the cut, the record positions, a
+"""Shards fixed by the task list and written whole by parallel tasks: the cut, the record positions, a
 shard of only bad files, and the same bytes for any number of workers."""
 from __future__ import annotations
 
@@ -7,19 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from converters import ConvertOptions, convert, make_plan
-from converters.plan import RECORD_OVERHEAD, shard_jobs
+from converters import ConvertOptions, convert, list_tasks
+from converters.tasks import RECORD_OVERHEAD, shard_jobs
 from datapipe import open_dataset, read_manifest
 from datapipe.formats.wds import RecordPositions
 from tests.conftest import IMAGEFOLDER
 
 
-def test_shards_are_cut_by_input_size_in_plan_order():
-    plan = make_plan(IMAGEFOLDER, shuffle_seed=0)
-    limit = 3 * (max(t.size for t in plan.tasks) + RECORD_OVERHEAD)
-    jobs = shard_jobs(plan, limit)
-    assert [t for j in jobs for t in j.tasks] == plan.tasks  # every task once, in plan order
-    for split in plan.splits:
+def test_shards_are_cut_by_input_size_in_write_order():
+    task_list = list_tasks(IMAGEFOLDER, shuffle_seed=0)
+    limit = 3 * (max(t.size for t in task_list.tasks) + RECORD_OVERHEAD)
+    jobs = shard_jobs(task_list, limit)
+    assert [t for j in jobs for t in j.tasks] == task_list.tasks  # every task once, in write order
+    for split in task_list.splits:
         mine = [j for j in jobs if j.split == split]
         assert [j.number for j in mine] == list(range(len(mine)))
         assert [j.first for j in mine] == [sum(len(k.tasks) for k in mine[:n]) for n in range(len(mine))]
@@ -27,8 +27,8 @@ def test_shards_are_cut_by_input_size_in_plan_order():
     for a, b in zip(jobs, jobs[1:]):
         if a.split == b.split:  # a shard closes only when the next file would not fit
             assert a.planned_bytes + b.tasks[0].size + RECORD_OVERHEAD > limit
-    single = shard_jobs(plan, 1)  # every file larger than the limit: one shard each
-    assert [len(j.tasks) for j in single] == [1] * len(plan.tasks)
+    single = shard_jobs(task_list, 1)  # every file larger than the limit: one shard each
+    assert [len(j.tasks) for j in single] == [1] * len(task_list.tasks)
 
 
 def test_positions_skip_the_slots_of_rejected_files():
@@ -60,7 +60,7 @@ def test_a_shard_of_only_bad_files_is_left_out_and_positions_stay_right(junk_sou
     assert report.skipped == 2 and {s["path"] for s in info.skipped} == {"train/cat/junk.jpg", "train/dog/junk.jpg"}
     names = [s["name"] for s in info.shards]
     assert sorted(p.name for p in dst.glob("*.tar")) == names and len(names) < len(shard_jobs(
-        make_plan(junk_source, shuffle_seed=0), 64 << 10))
+        list_tasks(junk_source, shuffle_seed=0), 64 << 10))
     assert not list(dst.glob("*.records.json")) and not list(dst.glob(".building-*"))
     ds = open_dataset(dst)
     records = [ds.record(i) for i in range(len(ds))]  # each read checks the .i64 position
@@ -83,15 +83,15 @@ def test_record_lists_arriving_in_any_order_merge_in_shard_order(tmp_path):
     from converters.shards import ShardRecords
     from converters.targets import FolderTarget
 
-    plan = make_plan(IMAGEFOLDER, shuffle_seed=0)
-    jobs = shard_jobs(plan, 64 << 10)
-    lists = [ShardRecords(j.name, j.split, plan.fingerprint, {}, {"name": j.name + ".tar"},
+    task_list = list_tasks(IMAGEFOLDER, shuffle_seed=0)
+    jobs = shard_jobs(task_list, 64 << 10)
+    lists = [ShardRecords(j.name, j.split, task_list.fingerprint, {}, {"name": j.name + ".tar"},
                           [f"{j.name}-{k}" for k in range(len(j.tasks))], list(range(len(j.tasks))), 10)
              for j in jobs]
     merged = []
     for order, folder in ((lists, "in-order"), (lists[::-1], "reversed")):
         (tmp_path / folder).mkdir()
-        merger = Merger(plan, jobs)
+        merger = Merger(task_list, jobs)
         for records in order:
             merger.add(records)
         merged.append(merger.finish(FolderTarget(tmp_path / folder)))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from converters import ConvertOptions, convert, make_plan
+from converters import ConvertOptions, convert, list_tasks
 from datapipe import open_dataset, read_manifest
 from datapipe.cli import main
 from datapipe.inspect import verify
@@ -131,8 +131,8 @@ def test_a_killed_conversion_resumes_to_the_clean_result(sample, tmp_path):
     assert contents(dst) == contents(clean)
 
 
-def test_a_changed_caption_changes_the_plan(sample, tmp_path):
-    """Captions are known at scan: one edited moves the plan's fingerprint (and --resume refuses)."""
+def test_a_changed_caption_changes_the_task_list(sample, tmp_path):
+    """Captions are known at scan: one edited moves the task list's fingerprint (and --resume refuses)."""
     root, written = sample
     copy = tmp_path / "data"
     shutil.copytree(root, copy)
@@ -145,8 +145,8 @@ def test_a_changed_caption_changes_the_plan(sample, tmp_path):
             data = first["txt"].encode() if m.name == f"{first['__key__']}.txt" else data
             m.size = len(data)
             tar.addfile(m, io.BytesIO(data))
-    assert make_plan(copy).fingerprint != make_plan(root).fingerprint
-    assert [t.fields.text for t in make_plan(copy).tasks][0] == "another caption"
+    assert list_tasks(copy).fingerprint != list_tasks(root).fingerprint
+    assert [t.fields.text for t in list_tasks(copy).tasks][0] == "another caption"
 
 
 def test_a_bad_caption_or_metadata_skips_its_sample_with_the_reason_and_the_conversion_goes_on(tmp_path, capsys):

@@ -15,8 +15,8 @@ from pathlib import Path
 import h5py
 import pytest
 
-from converters import ConvertOptions, convert, make_plan
-from converters.plan import record_bytes, shard_jobs
+from converters import ConvertOptions, convert, list_tasks
+from converters.tasks import record_bytes, shard_jobs
 from datapipe import open_dataset, read_manifest
 from datapipe.formats import FORMATS
 from datapipe.formats.hdf5 import MANIFEST_ATTR, _SplitBuilder
@@ -203,13 +203,13 @@ def test_a_wds_txt_member_that_disagrees_with_its_json_is_damage(tmp_path):
 def test_a_caption_is_planned_into_the_wds_shard_size(captions, tmp_path):
     """A sample's .txt member and its longer .json are counted when shards are cut (RECORD_OVERHEAD is
     the four members of a record without fields): planned bytes grow at least as much as the real ones."""
-    plan = make_plan(captions)
-    task = next(t for t in plan.tasks if t.fields.text)
+    task_list = list_tasks(captions)
+    task = next(t for t in task_list.tasks if t.fields.text)
     bare = dataclasses.replace(task, fields=NO_FIELDS)
     assert record_bytes(bare) == bare.size + 7 * BLOCK  # as before
     grown = sample_size(tmp_path / "a", task) - sample_size(tmp_path / "b", bare)
     assert record_bytes(task) - record_bytes(bare) >= grown > BLOCK
-    assert sum(job.planned_bytes for job in shard_jobs(plan, 1 << 20)) == sum(map(record_bytes, plan.tasks))
+    assert sum(job.planned_bytes for job in shard_jobs(task_list, 1 << 20)) == sum(map(record_bytes, task_list.tasks))
 
 
 def sample_size(folder: Path, task) -> int:

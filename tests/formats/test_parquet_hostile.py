@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from converters import ConvertOptions, convert, make_plan
+from converters import ConvertOptions, convert, list_tasks
 from datapipe import open_dataset, read_manifest
 from datapipe.records import MAX_INFERRED_CLASSES
 from tests.parquet_data import CLASSES, IMAGE, TRAIN, VAL, fixture_rows, hub_table
@@ -47,8 +47,8 @@ def test_a_label_id_at_the_cap_is_a_bad_record_and_never_a_class(tmp_path):
     with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / TRAIN))}#row 1: label {CAP} is not a class id "
                                          rf"\(0\.\.2\); ids from {CAP:,} on are never classes"):
         ds.record(1)
-    plan = make_plan(tmp_path)
-    assert plan.classes == ["0", "1", "2"] and len(plan.tasks) == 2
+    task_list = list_tasks(tmp_path)
+    assert task_list.classes == ["0", "1", "2"] and len(task_list.tasks) == 2
 
 
 def test_a_list_id_at_the_cap_is_a_bad_record_and_never_a_class(tmp_path):
@@ -71,7 +71,7 @@ def test_an_image_column_of_the_wrong_type_is_one_line_naming_the_file_and_the_t
     pq.write_table(hub_table(ROWS).set_column(0, "image", pa.array(values, kind)), tmp_path / TRAIN)
     message = rf"^{re.escape(str(tmp_path / TRAIN))}: the image column 'image' holds {says}, not image bytes: " \
         r"expected binary, or the Hub's Image struct \{bytes: binary, path: string\}"
-    for read in (lambda: open_dataset(str(tmp_path / TRAIN)), lambda: make_plan(tmp_path)):
+    for read in (lambda: open_dataset(str(tmp_path / TRAIN)), lambda: list_tasks(tmp_path)):
         with pytest.raises(ValueError, match=message) as err:
             read()
         assert "\n" not in str(err.value)
@@ -89,7 +89,7 @@ def test_an_unsigned_or_narrow_label_column_gives_the_labels_in_place_and_conver
     rows = fixture_rows()[:12:3]
     pq.write_table(labelled(pa.array([2, None, 0, 1], kind), rows=rows), tmp_path / TRAIN, row_group_size=2)
     assert in_place(tmp_path / TRAIN) == [2, -1, 0, 1]
-    assert [t.label for t in make_plan(tmp_path).tasks] == [2, -1, 0, 1]
+    assert [t.label for t in list_tasks(tmp_path).tasks] == [2, -1, 0, 1]
 
 
 def test_a_uint64_label_past_int64_is_a_bad_record_not_unlabeled(tmp_path):
@@ -133,7 +133,7 @@ def test_validation_names_of_another_set_are_one_line_naming_the_first_differenc
     message = rf"^{re.escape(str(tmp_path / VAL))}: its class names are not those of " \
         rf"{re.escape(str(tmp_path / TRAIN))} \(3 names against 3; the first difference: 'birdbird.*\.\.\. is " \
         r"not in the other\); every split's"
-    for read in (lambda: open_dataset(str(tmp_path / "*.parquet"), "val"), lambda: make_plan(tmp_path)):
+    for read in (lambda: open_dataset(str(tmp_path / "*.parquet"), "val"), lambda: list_tasks(tmp_path)):
         with pytest.raises(ValueError, match=message) as err:
             read()
         assert len(str(err.value)) < 1000

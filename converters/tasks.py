@@ -30,12 +30,12 @@ class Task:
     relpath: str
     key: str
     label: int
-    size: int = 0  # bytes on disk (or in the store) when planned
+    size: int = 0  # bytes on disk (or in the store) when listed
     fields: Fields = NO_FIELDS  # caption, JSON metadata, multi-labels (known at scan time; small)
 
 
 @dataclass(frozen=True)
-class Plan:
+class TaskList:
     """All tasks in write order plus what the scan already rejected; the fingerprint pins it for --resume."""
 
     classes: list[str]
@@ -68,7 +68,7 @@ def _size(f: ImageFile, skipped: list[dict[str, str]]) -> int | None:
         return None
 
 
-def plan_from_layout(layout: FolderLayout, *, shuffle_seed: int | None, url: str | None = None) -> Plan:
+def tasks_from_layout(layout: FolderLayout, *, shuffle_seed: int | None, url: str | None = None) -> TaskList:
     """Tasks split by split (train first); within a split sorted like ImageFolder, or shuffled by seed.
     For a store prefix (`url`) each task's path is its object's URL and sizes come from the listing."""
     tasks: list[Task] = []
@@ -90,11 +90,11 @@ def plan_from_layout(layout: FolderLayout, *, shuffle_seed: int | None, url: str
             path = f"{url.rstrip('/')}/{f.relpath}" if url else os.fspath(f.path)  # keeps an ArchiveMember
             tasks.append(Task(split, path, f.relpath, f.key, f.label, size, f.fields))
     digest.update("\0".join(layout.classes.classes).encode())
-    return Plan(list(layout.classes.classes), tasks, skipped, total, digest.hexdigest())
+    return TaskList(list(layout.classes.classes), tasks, skipped, total, digest.hexdigest())
 
 
-def make_plan(src: str | Path, *, labels: str | Path | None = None, layout: str = "auto",
-              split: str | None = None, shuffle_seed: int | None = None) -> Plan:
+def list_tasks(src: str | Path, *, labels: str | Path | None = None, layout: str = "auto",
+               split: str | None = None, shuffle_seed: int | None = None) -> TaskList:
     """Scan `src` (ImageNet layout, or flat with a labels CSV; a folder or an object-store prefix)
     and order what will be written. A folder holding ImageNet's downloaded archives (or Kaggle's
     ImageNet) is converted from them without extracting them (converters.imagenet); a Parquet file
@@ -103,13 +103,13 @@ def make_plan(src: str | Path, *, labels: str | Path | None = None, layout: str 
     if labels is None and layout == "auto" and not is_url(src):
         shards = scan_tar_shards(src, split=split)  # before Parquet: img2dataset's .parquet sidecars hold no images
         if shards is not None:
-            return plan_from_layout(shards, shuffle_seed=shuffle_seed)
+            return tasks_from_layout(shards, shuffle_seed=shuffle_seed)
         rows = scan_parquet(src, split=split, shuffle_seed=shuffle_seed)  # shuffled by row group, not here
         if rows is not None:
-            return plan_from_layout(rows, shuffle_seed=None)
+            return tasks_from_layout(rows, shuffle_seed=None)
         download = scan_imagenet(src, split=split)
         if download is not None:
-            return plan_from_layout(download, shuffle_seed=shuffle_seed)
+            return tasks_from_layout(download, shuffle_seed=shuffle_seed)
     if labels is not None:
         if is_url(src):
             raise ValueError(f"--labels needs a local folder; {redact(str(src))} is a URL. Lay the objects out as "
@@ -117,7 +117,7 @@ def make_plan(src: str | Path, *, labels: str | Path | None = None, layout: str 
         scanned = scan_labelled(src, labels, split=split or "val")
     else:
         scanned = only_split(scan_folder(src, layout=layout, split=split or "train"), split)
-    return plan_from_layout(scanned, shuffle_seed=shuffle_seed, url=str(src) if is_url(src) else None)
+    return tasks_from_layout(scanned, shuffle_seed=shuffle_seed, url=str(src) if is_url(src) else None)
 
 
 def only_split(scanned: FolderLayout, split: str | None) -> FolderLayout:
@@ -149,7 +149,7 @@ def record_bytes(task: Task) -> int:
 @dataclass(frozen=True)
 class ShardJob:
     """One output shard fixed before any work starts: consecutive tasks of one split. `first` is the
-    plan position (within the split) of its first task; task k's record gets position first + k
+    write position (within the split) of its first task; task k's record gets position first + k
     whatever earlier files turn out to be, so shards can be written in any order, anywhere."""
 
     split: str
@@ -166,12 +166,12 @@ class ShardJob:
         return sum(map(record_bytes, self.tasks))
 
 
-def shard_jobs(plan: Plan, shard_bytes: int) -> list[ShardJob]:
-    """Cut each split's tasks, in plan order, into shards of at most `shard_bytes` of input (each
+def shard_jobs(task_list: TaskList, shard_bytes: int) -> list[ShardJob]:
+    """Cut each split's tasks, in write order, into shards of at most `shard_bytes` of input (each
     file's size plus its tar overhead; a larger file gets a shard of its own). Input sizes decide,
     not output sizes, so every engine and every retry cuts the same shards."""
     jobs: list[ShardJob] = []
-    for split, group in itertools.groupby(plan.tasks, key=lambda t: t.split):
+    for split, group in itertools.groupby(task_list.tasks, key=lambda t: t.split):
         tasks, cuts, total = list(group), [0], 0
         for i, task in enumerate(tasks):
             size = record_bytes(task)
