@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .ops import KIND_ID, Matrix, kind_of
-from .plan import MAX_OPS, Op, OpBounds
+from .plan import Op
+from .slots import MAX_OPS, OpBounds
 
 INTERP_CODES = {"bilinear": 0, "bicubic": 1}  # what the source sends; the graph maps them to DALI's enum
 
@@ -28,10 +29,10 @@ INTERP_CODES = {"bilinear": 0, "bicubic": 1}  # what the source sends; the graph
 IDENTITY: Matrix = (1, 0, 0, 0, 1, 0)
 
 
-def slot_matrices(ops: tuple[Op, ...], size: int) -> np.ndarray:
-    """MAX_OPS x 2 x 3 float32: per op slot, its affine matrix on a size x size image (identity for
-    a slot without a geometric op)."""
-    out = np.empty((MAX_OPS, 2, 3), dtype=np.float32)
+def slot_matrices(ops: list[Op] | tuple[Op, ...], size: int) -> np.ndarray:
+    """max(MAX_OPS, len(ops)) x 2 x 3 float32: per op slot, its affine matrix on a size x size image
+    (identity for a slot without a geometric op)."""
+    out = np.empty((max(MAX_OPS, len(ops)), 2, 3), dtype=np.float32)
     out[:] = np.array(IDENTITY, dtype=np.float32).reshape(2, 3)
     for slot, (kind, value) in enumerate(ops):
         affine = kind_of(kind).affine
@@ -64,17 +65,41 @@ class Context:
         return node.gpu() if self.cuda else node
 
 
-def apply_ops(images, row, matrices, layout: OpBounds, context: Context):
-    """`images` (HWC uint8) with each sample's ops applied in slot order: `row` is the sample's
-    plan.ops_row, `matrices` its slot_matrices. Out: FLOAT images of whole levels 0..255, each op's
-    result rounded as PIL stores it. The ops run on floats, converted once: DALI's CPU conversion
-    from float to uint8 costs more than most ops (measured ~1.8 ms per 224 px image)."""
+def apply_ops(images, row, matrices, layout: OpBounds, context: Context, mix=None):
+    """`images` (HWC uint8) with each sample's ops applied in slot order: `row` is the sample's placed
+    ops (slots.ops_row), `matrices` their slot_matrices; `mix` (AugMix's chain row, chain matrices,
+    weights and blend factor) runs after the first layout.mix_at slots. Out: FLOAT images of whole
+    levels 0..255, each op's result rounded as PIL stores it. The ops run on floats, converted once:
+    DALI's CPU conversion from float to uint8 costs more than most ops (measured ~1.8 ms per 224 px image)."""
     fn, _, types = modules()
     images = fn.cast(images, dtype=types.FLOAT)
     for slot in range(layout.slots):
-        images = _select(layout.kinds, 0, len(layout.kinds) - 1, images, row[2 * slot], row[2 * slot + 1],
-                         matrices[slot], context)
+        if slot == layout.mix_at and layout.chains:
+            images = augmix(images, *mix, layout, context)
+        images = _slot(layout, images, row, matrices, slot, context)
+    if layout.chains and layout.mix_at == layout.slots:
+        images = augmix(images, *mix, layout, context)
     return images
+
+
+def _slot(layout: OpBounds, images, row, matrices, slot: int, context):
+    return _select(layout.kinds, 0, len(layout.kinds) - 1, images, row[2 * slot], row[2 * slot + 1], matrices[slot],
+                   context)
+
+
+def augmix(images, chain_row, chain_matrices, weights, m, layout: OpBounds, context):
+    """AugMix as cpu.augmix: each chain's slots on the image, the chains summed by their weights
+    (float32), clipped and truncated, then PIL's blend of the image towards that mix by m (truncated)."""
+    _, dmath, _ = modules()
+    total = None
+    for chain in range(layout.chains):
+        x = images
+        for slot in range(chain * layout.depth, (chain + 1) * layout.depth):
+            x = _slot(layout, x, chain_row, chain_matrices, slot, context)
+        term = context.scalar(weights[chain]) * x
+        total = term if total is None else total + term
+    mixed = dmath.floor(dmath.clamp(total, 0.0, 255.0))
+    return dmath.floor(images + context.scalar(m) * (mixed - images))
 
 
 def _select(kinds, lo: int, hi: int, images, kind, value, matrix, context):

@@ -29,12 +29,21 @@ LEVELS = np.arange(256)
 
 
 @dataclass(frozen=True)
+class Hparams:
+    """What timm's op rules read beside the magnitude: the image size and the policy's translate_pct
+    (0.45; AugMix's 0.3, as timm's create_transform sets it)."""
+
+    size: int
+    translate_pct: float = 0.45
+
+
+@dataclass(frozen=True)
 class OpSpec:
     """A named op (timm's): its kind, how a magnitude (0..10, timm's scale) becomes the kind's parameter,
     whether that parameter is negated with probability 1/2 before `finish` (timm's _randomly_negate)."""
 
     kind: str
-    level: Callable[[float, int], float] | None = None  # (magnitude, image size) -> parameter
+    level: Callable[[float, "Hparams"], float] | None = None  # (magnitude, the policy's Hparams) -> parameter
     negate: bool = False
     finish: Callable[[float], float] | None = None
 
@@ -106,20 +115,20 @@ def _named(kind: str, **rules: tuple) -> dict[str, OpSpec]:
 
 
 def _scaled(top: float) -> Callable[[float, int], float]:
-    return lambda m, size: m / LEVEL_MAX * top
+    return lambda m, hp: m / LEVEL_MAX * top
 
 
-def _posterize(m: float, size: int) -> float:
+def _posterize(m: float, hp: Hparams) -> float:
     return int(m / LEVEL_MAX * 4)
 
 
-def _solarize(m: float, size: int) -> float:
+def _solarize(m: float, hp: Hparams) -> float:
     return min(256, int(m / LEVEL_MAX * 256))  # timm clamps past magnitude 10 (mmax > 10)
 
 
 def _enhance_named(name: str, kind: str) -> dict[str, OpSpec]:
     """timm's enhance op (factor 0.1..1.9 over magnitude 0..10) and its Increasing variant (1 +- 0.9 m/10)."""
-    return _named(kind, **{name: (lambda m, size: m / LEVEL_MAX * 1.8 + 0.1,),
+    return _named(kind, **{name: (lambda m, hp: m / LEVEL_MAX * 1.8 + 0.1,),
                            f"{name}Increasing": (_scaled(0.9), True, lambda v: max(0.1, 1.0 + v))})
 
 
@@ -226,10 +235,10 @@ _geometric("shear_x", "factor: input x = x + factor * y (about the top-left corn
 _geometric("shear_y", "factor: input y = y + factor * x", lambda v, w, h: (1, 0, 0, v, 1, 0),
            _named("shear_y", ShearY=(_scaled(0.3), True)), Trivial(0, 0.99, signed=True))
 _geometric("translate_x", "pixels: input x = x + pixels", lambda v, w, h: (1, 0, v, 0, 1, 0),
-           _named("translate_x", TranslateXRel=(lambda m, size: m / LEVEL_MAX * 0.45 * size, True)),
+           _named("translate_x", TranslateXRel=(lambda m, hp: m / LEVEL_MAX * hp.translate_pct * hp.size, True)),
            Trivial(0, 32, signed=True, finish=int))  # torchvision shifts by int(magnitude) pixels
 _geometric("translate_y", "pixels: input y = y + pixels", lambda v, w, h: (1, 0, 0, 0, 1, v),
-           _named("translate_y", TranslateYRel=(lambda m, size: m / LEVEL_MAX * 0.45 * size, True)),
+           _named("translate_y", TranslateYRel=(lambda m, hp: m / LEVEL_MAX * hp.translate_pct * hp.size, True)),
            Trivial(0, 32, signed=True, finish=int))
 
 # ---- the recipe's own pixel ops -----------------------------------------------------------------

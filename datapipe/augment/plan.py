@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import math
 import random
+import struct
 from dataclasses import dataclass
 
 from ..geometry import RATIO, SCALE, Crop, crop_pct_of
-from .ops import KIND_ID, TABLE, TIMM_OPS, TRIVIAL_BINS
-from .policies import POLICIES, RAND_INCREASING_OPS, RAND_OPS, TRIVIAL_ORDER, rand_weights
+from .ops import KIND_ID, TABLE, TIMM_OPS, TRIVIAL_BINS, Hparams
+from .policies import (AUGMIX_OPS, AUGMIX_TRANSLATE_PCT, POLICIES, RAND_INCREASING_OPS, RAND_OPS, TRIVIAL_ORDER,
+                       rand_weights)
 from .recipe import AutoAugment, Recipe
 
-MAX_OPS = 8  # op slots of a plan row: vflip + up to 4 auto-augment ops + 3 jitter + grayscale
 Op = tuple[int, float]  # (kind id, parameter)
 
 
@@ -32,7 +33,8 @@ Op = tuple[int, float]  # (kind id, parameter)
 class SamplePlan:
     """A record's whole augmentation at output `size`: the train view's crop box and flip (None: the
     eval view, the centre crop of the image resized to size / crop_pct), the resize's interpolation,
-    the pixel ops (kind id, final parameter) in order, and the seed of the user's transform."""
+    the pixel ops (kind id, final parameter) in order, AugMix's chains where the recipe has it, and
+    the seed of the user's transform."""
 
     size: int
     crop: Crop | None
@@ -40,9 +42,8 @@ class SamplePlan:
     crop_pct: float
     ops: tuple[Op, ...] = ()
     transform_seed: int = 0
-
-    def row(self) -> list[float]:
-        return ops_row(self.ops)
+    mix: "Mix | None" = None  # AugMix: applied after ops[:mix_at], before the rest
+    mix_at: int = 0
 
 
 def plan_sample(recipe: Recipe | None, seed: int, epoch: int, key: int, size: int, width: int, height: int,
@@ -60,8 +61,19 @@ def plan_sample(recipe: Recipe | None, seed: int, epoch: int, key: int, size: in
         interpolation = recipe.interpolation
         if interpolation == "random":  # timm's RandomResizedCropAndInterpolation: bilinear or bicubic
             interpolation = ("bilinear", "bicubic")[rng.random() < 0.5]
-    ops = _ops(recipe, size, rng)
-    return SamplePlan(size, crop, interpolation, crop_pct, ops, rng.getrandbits(63))
+    ops, mix, mix_at = _ops(recipe, size, rng)
+    return SamplePlan(size, crop, interpolation, crop_pct, ops, rng.getrandbits(63), mix, mix_at)
+
+
+@dataclass(frozen=True)
+class Mix:
+    """AugMix (timm's AugMixAugment, plain mode): each chain's ops applied to the image, the results
+    summed by `weights` (float32) in float32, clipped and truncated to uint8, then blended with the
+    image by `m` (PIL's Image.blend)."""
+
+    chains: tuple[tuple[Op, ...], ...]
+    weights: tuple[float, ...]
+    m: float
 
 
 def stream_seed(seed: int, epoch: int, key: int) -> int:
@@ -96,61 +108,48 @@ def random_resized_crop(width: int, height: int, rng: random.Random, scale: tupl
     return Crop((width - w) // 2, (height - h) // 2, w, h, rng.random() < hflip)
 
 
-def _ops(recipe: Recipe | None, size: int, rng: random.Random) -> tuple[Op, ...]:
-    """The pixel ops after the view, drawn right after its draws."""
+def _ops(recipe: Recipe | None, size: int, rng: random.Random) -> tuple[tuple[Op, ...], Mix | None, int]:
+    """The pixel ops after the view, drawn right after its draws; AugMix's chains and how many ops
+    come before them."""
     if recipe is None:
-        return ()
+        return (), None, 0
     ops: list[Op] = []
     if recipe.vflip > 0 and rng.random() < recipe.vflip:
         ops.append((KIND_ID["vflip"], 0.0))
-    augment = recipe.augment
-    if augment is not None:
+    augment, mix, mix_at = recipe.augment, None, 0
+    if augment is not None and augment.policy == "augmix":
+        mix, mix_at = _augmix(augment, size, rng), len(ops)
+    elif augment is not None:
         ops.extend(_auto_augment(augment, size, rng))
     if recipe.jitter is not None:
         ops.extend(_jitter(recipe.jitter, rng))
     if recipe.grayscale_prob > 0 and rng.random() < recipe.grayscale_prob:
         ops.append((KIND_ID["grayscale"], 0.0))
-    return tuple(ops)
+    return tuple(ops), mix, mix_at if mix else len(ops)
 
 
-@dataclass(frozen=True)
-class OpBounds:
-    """What a recipe's plans can hold: `slots` ops at most, of `kinds` (names in id order, identity
-    first): what the DALI graph builds (augment.dali), read from the draws below, never restated."""
-
-    slots: int
-    kinds: tuple[str, ...]
-
-
-def op_bounds(recipe: Recipe | None) -> OpBounds:
-    """The most ops and the kinds `_ops` can draw for `recipe`; none for None or the default recipe."""
-    if recipe is None:
-        return OpBounds(0, ("identity",))
-    stages: list[tuple[int, set[str]]] = [(1, {"vflip"})] if recipe.vflip > 0 else []
-    augment = recipe.augment
-    if augment is not None:
-        stages.append(_auto_augment_bounds(augment))
-    if recipe.jitter is not None:
-        drawn = {kind for kind, strength in zip(JITTER_KINDS, recipe.jitter) if strength > 0}
-        stages.append((len(drawn), drawn))
-    if recipe.grayscale_prob > 0:
-        stages.append((1, {"grayscale"}))
-    kinds = {"identity"}.union(*(k for _, k in stages))
-    return OpBounds(sum(n for n, _ in stages), tuple(sorted(kinds, key=KIND_ID.__getitem__)))
+def _augmix(augment: AutoAugment, size: int, rng: random.Random) -> Mix:
+    """timm's AugMixAugment draws: Dirichlet chain weights and a Beta blend (float32, as timm casts
+    them), then per chain its depth (1 to 3 at random unless given) and its ops, with replacement
+    from AUGMIX_OPS, each applied (prob 1) at a magnitude uniform in 0..m (timm's AugMix default)."""
+    gammas = [rng.gammavariate(augment.alpha, 1.0) for _ in range(augment.width)]
+    weights = tuple(_float32(g / sum(gammas)) for g in gammas)
+    m = _float32(rng.betavariate(augment.alpha, augment.alpha))
+    hparams = Hparams(size, AUGMIX_TRANSLATE_PCT)
+    chains = []
+    for _ in weights:
+        depth = augment.depth or rng.randint(1, 3)
+        names = [AUGMIX_OPS[rng.randrange(len(AUGMIX_OPS))] for _ in range(depth)]
+        drawn = [_timm_op(name, 1.0, augment.magnitude, augment, hparams, rng) for name in names]
+        chains.append(tuple(op for op in drawn if op is not None and op[0] != KIND_ID["identity"]))
+    return Mix(tuple(chains), weights, m)
 
 
-def _auto_augment_bounds(augment: AutoAugment) -> tuple[int, set[str]]:
-    if augment.policy == "rand":
-        names = RAND_INCREASING_OPS if augment.increasing else RAND_OPS
-        weights = rand_weights(augment.weights) or (1.0,) * len(names)
-        return augment.num_ops, {TIMM_OPS[name].kind for name, w in zip(names, weights) if w > 0}
-    if augment.policy == "trivialaugment":
-        return 1, set(TRIVIAL_ORDER)
-    policy = POLICIES[augment.policy]
-    return max(len(sub) for sub in policy), {TIMM_OPS[name].kind for sub in policy for name, *_ in sub}
+def _float32(value: float) -> float:
+    return struct.unpack("f", struct.pack("f", value))[0]
 
 
-def _timm_op(name: str, prob: float, magnitude: float, augment: AutoAugment, size: int,
+def _timm_op(name: str, prob: float, magnitude: float, augment: AutoAugment, hparams: Hparams,
              rng: random.Random) -> Op | None:
     """timm's AugmentOp.__call__: skipped with 1 - prob, magnitude noise, clip, level -> parameter."""
     if prob < 1.0 and rng.random() > prob:
@@ -161,7 +160,7 @@ def _timm_op(name: str, prob: float, magnitude: float, augment: AutoAugment, siz
         magnitude = rng.gauss(magnitude, augment.magnitude_std)
     magnitude = max(0.0, min(magnitude, augment.magnitude_max))
     spec = TIMM_OPS[name]
-    value = spec.level(magnitude, size) if spec.level else 0.0
+    value = spec.level(magnitude, hparams) if spec.level else 0.0
     if spec.negate and rng.random() > 0.5:
         value = -value
     if spec.finish:
@@ -171,13 +170,14 @@ def _timm_op(name: str, prob: float, magnitude: float, augment: AutoAugment, siz
 
 def _auto_augment(augment: AutoAugment, size: int, rng: random.Random) -> list[Op]:
     drawn: list[Op | None]
+    hparams = Hparams(size)
     if augment.policy == "rand":
-        drawn = [_timm_op(name, 0.5, augment.magnitude, augment, size, rng) for name in _rand_choice(augment, rng)]
+        drawn = [_timm_op(name, 0.5, augment.magnitude, augment, hparams, rng) for name in _rand_choice(augment, rng)]
     elif augment.policy == "trivialaugment":
         drawn = [_trivial(rng)]
     else:
         sub_policy = POLICIES[augment.policy][rng.randrange(len(POLICIES[augment.policy]))]
-        drawn = [_timm_op(name, prob, magnitude, augment, size, rng) for name, prob, magnitude in sub_policy]
+        drawn = [_timm_op(name, prob, magnitude, augment, hparams, rng) for name, prob, magnitude in sub_policy]
     return [op for op in drawn if op is not None and op[0] != KIND_ID["identity"]]
 
 
@@ -228,14 +228,6 @@ def _jitter(strengths: tuple[float, ...], rng: random.Random) -> list[Op]:
             else:
                 ops.append((KIND_ID[JITTER_KINDS[k]], rng.uniform(max(0.0, 1 - strengths[k]), 1 + strengths[k])))
     return ops
-
-
-def ops_row(ops: tuple[Op, ...]) -> list[float]:
-    """A plan's ops as 2 * MAX_OPS numbers (kind id, parameter), identity-padded: what DALI's source sends."""
-    row = [0.0] * (2 * MAX_OPS)
-    for k, (kind, value) in enumerate(ops):
-        row[2 * k], row[2 * k + 1] = float(kind), float(value)
-    return row
 
 
 def fill_color(recipe: Recipe | None) -> tuple[int, int, int]:

@@ -9,6 +9,12 @@ RAND_INCREASING_OPS = ("AutoContrast", "Equalize", "Invert", "Rotate", "Posteriz
                        "SolarizeAdd", "ColorIncreasing", "ContrastIncreasing", "BrightnessIncreasing",
                        "SharpnessIncreasing", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel")
 
+# timm's _AUGMIX_TRANSFORMS: AugMix's chains draw from these, each op applied (prob 1)
+AUGMIX_OPS = ("AutoContrast", "ColorIncreasing", "ContrastIncreasing", "BrightnessIncreasing", "SharpnessIncreasing",
+              "Equalize", "Rotate", "PosterizeIncreasing", "SolarizeIncreasing", "ShearX", "ShearY", "TranslateXRel",
+              "TranslateYRel")
+AUGMIX_TRANSLATE_PCT = 0.3  # timm's create_transform sets translate_pct 0.3 for AugMix (0.45 otherwise)
+
 # timm's _RAND_CHOICE_WEIGHTS_0 (`-w0`): RandAugment's op choice weighted, n ops without replacement;
 # by position in RAND_OPS (timm weighs the increasing list by the plain names at the same positions)
 RAND_CHOICE_WEIGHTS = ({"Rotate": 0.3, "ShearX": 0.2, "ShearY": 0.2, "TranslateXRel": 0.1, "TranslateYRel": 0.1,

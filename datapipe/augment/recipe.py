@@ -23,8 +23,10 @@ ERASE_MODES = ("const", "rand", "pixel")
 MIX_MODES = ("batch", "elem")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-AA_POLICIES = ("rand", "trivialaugment", "ta_wide", "original", "originalr", "v0", "v0r")
+AA_POLICIES = ("rand", "trivialaugment", "ta_wide", "original", "originalr", "v0", "v0r", "augmix")
 MAX_AUGMENT_OPS = 4  # RandAugment's n at most: a plan row holds 8 op slots (datapipe.augment.plan.MAX_OPS)
+MAX_AUGMIX_WIDTH = 8  # AugMix's chains (timm's default 3): each is a pass over the image and DALI graph slots
+MAX_AUGMIX_DEPTH = 4  # ops per AugMix chain (timm's default: 1 to 3 at random)
 # The ranges of the numeric fields (datapipe.checks refuses a value outside, or not finite, in one line):
 # - std: 0..1-scale pixels have a std of at most 0.5 (1: no scaling), so > 1 is a 0..255-scale mistake;
 #   at least 1e-4 so a normalized value, at most 1/std, stays finite in float16 (65504) and is not 0/0.
@@ -45,8 +47,8 @@ MAX_AUG_REPEATS = 16  # aug_repeats: DeiT's 3, torchvision's 4; each repeat mult
 
 @dataclass(frozen=True)
 class AutoAugment:
-    """A parsed `auto_augment` string (timm's grammar): `rand-m9-n2-mstd0.5-inc1`, `original-mstd0.5`,
-    `originalr`, `v0`, `v0r`, `trivialaugment` (alias `ta_wide`)."""
+    """A parsed `auto_augment` string (timm's grammar): `rand-m9-n2-mstd0.5-inc1-w0`, `original-mstd0.5`,
+    `originalr`, `v0`, `v0r`, `trivialaugment` (alias `ta_wide`), `augmix-m5-w4-d2-a1`."""
 
     policy: str
     magnitude: float = 10.0
@@ -55,6 +57,9 @@ class AutoAugment:
     magnitude_max: float = 10.0
     increasing: bool = False
     weights: int | None = None  # `-wN`: timm's op choice weights N (only 0 exists), n ops without replacement
+    width: int = 3  # AugMix: chains mixed (`-wN`)
+    depth: int = 0  # AugMix: ops per chain (`-dN`; 0, timm's -1: 1 to 3 at random)
+    alpha: float = 1.0  # AugMix: the Dirichlet weights' and the Beta blend's alpha (`-aN`)
 
 
 @functools.lru_cache(maxsize=64)
@@ -62,16 +67,16 @@ def parse_auto_augment(text: str) -> AutoAugment:
     """timm's auto_augment string -> AutoAugment; a ValueError naming the part it cannot read."""
     parts = text.strip().split("-")
     policy = {"ta_wide": "trivialaugment"}.get(parts[0], parts[0])
-    if policy == "augmix":
-        raise ValueError(f"auto_augment={shown(text)}: AugMix is not supported yet; use rand-m9-mstd0.5-inc1, "
-                         "trivialaugment or original")
     if policy not in AA_POLICIES:
         raise ValueError(f"auto_augment={shown(text)}: unknown policy {shown(parts[0])}; timm's grammar starts "
                          f"with one of {AA_POLICIES} (e.g. 'rand-m9-mstd0.5-inc1')")
     spec: dict[str, Any] = {"policy": policy}
+    if policy == "augmix":  # timm's augment_and_mix_transform: severity 3, uniform magnitudes unless mstd
+        spec.update(magnitude=3.0, magnitude_std=math.inf)
     keys = {"m": "magnitude", "n": "num_ops", "mstd": "magnitude_std", "mmax": "magnitude_max", "inc": "increasing",
-            "w": "weights"}
-    allowed = {"rand": set(keys), "trivialaugment": set()}.get(policy, {"mstd"})
+            "w": "width" if policy == "augmix" else "weights", "d": "depth", "a": "alpha", "b": "blended"}
+    allowed = {"rand": {"m", "n", "mstd", "mmax", "inc", "w"}, "trivialaugment": set(),
+               "augmix": {"m", "w", "d", "a", "b", "mstd"}}.get(policy, {"mstd"})
     for part in parts[1:]:
         match = re.fullmatch(r"([a-z]+)(\d+(?:\.\d+)?)", part)
         if not match or match.group(1) not in allowed:
@@ -85,9 +90,20 @@ def parse_auto_augment(text: str) -> AutoAugment:
                              f"within 0..{MAX_MAGNITUDE:g}, n within 1..{MAX_AUGMENT_OPS}")
         if key == "weights" and value != 0:
             raise ValueError(f"auto_augment={shown(text)}: {shown(part)}: timm has one set of op weights, w0")
-        spec[key] = bool(int(value)) if key == "increasing" else int(value) if key in ("num_ops", "weights") else value
+        if key == "blended":
+            if value:
+                raise ValueError(f"auto_augment={shown(text)}: {shown(part)}: AugMix's blended mode is not carried "
+                                 "(timm marks it not well tested); leave out b1")
+            continue
+        spec[key] = (bool(int(value)) if key == "increasing" else
+                     int(value) if key in ("num_ops", "weights", "width", "depth") else value)
     if not 1 <= spec.get("num_ops", 2) <= MAX_AUGMENT_OPS:
         raise ValueError(f"auto_augment={shown(text)}: n must be within 1..{MAX_AUGMENT_OPS} ops per image")
+    if not 1 <= spec.get("width", 3) <= MAX_AUGMIX_WIDTH or not 0 <= spec.get("depth", 0) <= MAX_AUGMIX_DEPTH:
+        raise ValueError(f"auto_augment={shown(text)}: AugMix takes w within 1..{MAX_AUGMIX_WIDTH} chains and d "
+                         f"within 0..{MAX_AUGMIX_DEPTH} ops a chain (0: 1 to 3 at random)")
+    if "alpha" in spec:
+        real(f"auto_augment={shown(text)}: a", spec["alpha"], 1e-3, MAX_ALPHA, note=" (the Dirichlet and Beta alpha)")
     for key, letter in (("magnitude", "m"), ("magnitude_max", "mmax")):
         if key in spec:
             real(f"auto_augment={shown(text)}: {letter}", spec[key], 0, MAX_MAGNITUDE,

@@ -14,7 +14,7 @@ from ..formats.base import Dataset
 from ..records import Fields
 from ..sharding import EpochOrder, READ_AHEAD_SHARDS, ShardOrder, record_of
 from ..storage.isolate import forks_nothing
-from ..augment.cpu import apply_ops
+from ..augment.cpu import apply_plan
 from ..augment.custom import apply_transform
 from ..augment.plan import SamplePlan, fill_color
 from ..transforms import plan_and_decode
@@ -63,8 +63,8 @@ class DecodedRecords(torch.utils.data.Dataset):
     def _augment(self, pixels: torch.Tensor, plan: SamplePlan) -> torch.Tensor:
         """The planned ops and the user's transform: outside the bad-record policy, so an error here
         (a bug, not bad data) is raised, never served around."""
-        if plan.ops:
-            pixels = apply_ops(pixels, plan.ops, fill=self.fill)
+        if plan.ops or plan.mix:
+            pixels = apply_plan(pixels, plan, fill=self.fill)
         if self.transform is not None:
             pixels = apply_transform(self.transform, pixels, plan.transform_seed)
         return pixels

@@ -15,7 +15,8 @@ import torch
 from ..augment.cpu import apply_ops as cpu_apply_ops
 from ..augment.dali import Context, apply_ops, modules, slot_matrices
 from ..augment.ops import KIND_ID, KINDS
-from ..augment.plan import Op, OpBounds, fill_color, ops_row
+from ..augment.plan import Op, fill_color
+from ..augment.slots import OpBounds, ops_row
 from ..augment.recipe import PRESETS
 from .report import Result
 

@@ -133,3 +133,56 @@ def test_the_hue_kernel_is_pils_hsv_shift():
     expected = np.array(Image.merge("HSV", (shifted, s, v)).convert("RGB"))
     out = hue(torch.from_numpy(pixels).permute(2, 0, 1).contiguous(), 200)
     assert np.array_equal(out.permute(1, 2, 0).numpy(), expected) and not np.array_equal(expected, pixels)
+
+
+def timm_augmix_mix(image: np.ndarray, chains: list[np.ndarray], weights, m) -> np.ndarray:
+    """timm 1.0.31 AugMixAugment._apply_basic's arithmetic, given each chain's augmented image (HWC uint8)."""
+    from PIL import Image
+
+    mixed = np.zeros(image.shape, dtype=np.float32)
+    for mw, augmented in zip(np.float32(weights), chains):
+        mixed += mw * np.asarray(augmented, dtype=np.float32)
+    np.clip(mixed, 0, 255., out=mixed)
+    return np.asarray(Image.blend(Image.fromarray(image), Image.fromarray(mixed.astype(np.uint8)), np.float32(m)))
+
+
+def test_augmix_mixes_as_timms_apply_basic():
+    """The CPU applier's mix of the chains (float32 sum, clip, truncation, PIL's blend) is timm's,
+    bit for bit, on planned mixes of a photo-like image."""
+    from datapipe.augment import Recipe, plan_sample
+    from datapipe.augment.cpu import apply_ops, augmix
+
+    rng = np.random.default_rng(3)
+    image = np.clip(np.linspace(0, 255, 48)[None, :, None] + rng.normal(0, 30, (40, 48, 3)), 0, 255).astype(np.uint8)
+    tensor = torch.from_numpy(image).permute(2, 0, 1).contiguous()
+    recipe = Recipe(auto_augment="augmix-m5-w3")
+    for key in range(40):
+        mix = plan_sample(recipe, 0, 0, key, 48, 60, 50).mix
+        chains = [apply_ops(tensor, chain, fill=(124, 116, 104)).permute(1, 2, 0).numpy() for chain in mix.chains]
+        expected = timm_augmix_mix(image, chains, mix.weights, mix.m)
+        assert np.array_equal(augmix(tensor, mix, (124, 116, 104)).permute(1, 2, 0).numpy(), expected), key
+
+
+def test_augmix_draws_as_timms_augmix_m5_w4_d2():
+    """Dirichlet(1) weights over the chains (float32, summing to 1), Beta(1, 1) blends, the chains'
+    depth (given, or 1 to 3 uniformly), ops with replacement from timm's _AUGMIX_TRANSFORMS with
+    magnitudes uniform in 0..m (mstd inf), translations at timm's AugMix translate_pct 0.3."""
+    from collections import Counter
+
+    from datapipe.augment import Recipe, plan_sample
+    from datapipe.augment.ops import KINDS
+    from datapipe.augment.policies import AUGMIX_OPS
+
+    plans = [plan_sample(Recipe(auto_augment="augmix-m5-w4-d2"), 0, 0, i, 100, 120, 90) for i in range(3000)]
+    assert all(p.mix is not None and len(p.mix.chains) == 4 and len(p.mix.weights) == 4 for p in plans)
+    assert all(abs(sum(p.mix.weights) - 1) < 1e-6 and np.float32(p.mix.m) == p.mix.m for p in plans)
+    first = np.array([p.mix.weights[0] for p in plans])
+    assert first.mean() == pytest.approx(0.25, abs=0.01) and first.var() == pytest.approx(3 / 80, rel=0.1)  # Dir(1)
+    assert np.mean([p.mix.m for p in plans]) == pytest.approx(0.5, abs=0.02)
+    kinds = Counter(KINDS[int(k)] for p in plans for chain in p.mix.chains for k, _ in chain)
+    assert set(kinds) == {TIMM_OPS[name].kind for name in AUGMIX_OPS}
+    shifts = [abs(v) for p in plans for chain in p.mix.chains for k, v in chain if KINDS[int(k)] == "translate_x"]
+    assert max(shifts) <= 5 / 10 * 0.3 * 100 and max(shifts) > 0.9 * 15  # uniform in 0..m, translate_pct 0.3
+    depths = Counter(len(chain) for p in [plan_sample(Recipe(auto_augment="augmix"), 0, 0, i, 100, 120, 90)
+                                          for i in range(900)] for chain in p.mix.chains)
+    assert set(depths) == {1, 2, 3} and min(depths.values()) > 800  # 1 to 3 uniformly (no identity in the list)

@@ -18,7 +18,8 @@ from datapipe.augment import PRESETS, Recipe  # noqa: E402
 from datapipe.augment.cpu import apply_ops as cpu_apply_ops  # noqa: E402
 from datapipe.augment.dali import INTERP_CODES, slot_matrices  # noqa: E402
 from datapipe.augment.ops import KINDS  # noqa: E402
-from datapipe.augment.plan import op_bounds, ops_row, plan_sample  # noqa: E402
+from datapipe.augment.plan import plan_sample  # noqa: E402
+from datapipe.augment.slots import op_bounds, ops_row, placed_chains, placed_ops  # noqa: E402
 from datapipe.backends.dali.source import EpochTable, PlannedSource, ViewSettings  # noqa: E402
 from datapipe.layout import image_dims  # noqa: E402
 from datapipe.selftest.recipe_ops import CASES, KIND_TOLERANCE, measured_differences, run_graph, textures  # noqa: E402
@@ -29,7 +30,9 @@ SMALL = dict(batch_size=6, image_size=40, num_workers=1, seed=3, device="cpu")
 AUGMENTED = Recipe(auto_augment="rand-m9-mstd0.5-inc1")  # ops, no batch stage: images compare per record
 RECIPES = {**PRESETS, "v0": Recipe(auto_augment="v0"), "original": Recipe(auto_augment="original"),
            "jitter+gray+vflip": Recipe(color_jitter=0.4, grayscale_prob=0.3, vflip=0.5, interpolation="random"),
-           "hue": Recipe(color_jitter=(0.4, 0.4, 0.4, 0.2)), "w0": Recipe(auto_augment="rand-m9-n3-mstd0.5-w0")}
+           "hue": Recipe(color_jitter=(0.4, 0.4, 0.4, 0.2)), "w0": Recipe(auto_augment="rand-m9-n3-mstd0.5-w0"),
+           "augmix": Recipe(auto_augment="augmix-m5-w3", vflip=0.5, grayscale_prob=0.3),
+           "augmix-d2": Recipe(auto_augment="augmix-m3-w4-d2")}
 
 
 # ---- (a) the source sends the planner's rows ----
@@ -39,12 +42,14 @@ def test_the_op_bounds_holds_every_kind_and_count_the_planner_draws(name):
     """op_bounds(recipe) is what the graph builds: it must hold every draw, and (so no kind is built
     for nothing) every kind it names is drawn."""
     recipe, layout = RECIPES[name], op_bounds(RECIPES[name])
-    drawn, most = set(), 0
+    drawn, most, deepest = set(), 0, 0
     for seed in range(3000):
-        ops = plan_sample(recipe, seed, 0, 0, 64, 64, 64).ops
-        drawn |= {KINDS[kind] for kind, _ in ops}
-        most = max(most, len(ops))
-    assert drawn <= set(layout.kinds) and most <= layout.slots
+        plan = plan_sample(recipe, seed, 0, 0, 64, 64, 64)
+        chains = plan.mix.chains if plan.mix else ()
+        drawn |= {KINDS[kind] for kind, _ in plan.ops + sum(chains, ())}
+        most, deepest = max(most, len(plan.ops)), max([deepest, *map(len, chains)])
+        assert len(chains) == layout.chains and plan.mix_at <= layout.mix_at
+    assert drawn <= set(layout.kinds) and most <= layout.slots and deepest <= layout.depth
     assert set(layout.kinds) - {"identity"} == drawn
     if name in ("default", "ffcv-rn50"):
         assert layout.slots == 0  # no op graph: the pipeline of a recipe without ops is the plain one
@@ -59,7 +64,8 @@ def test_the_source_sends_the_planners_rows(packed_lmdb, tmp_path, name):
     order = EpochOrder(len(dataset), 4, seed=seed, shuffle=True, repeats=recipe.aug_repeats)
     table = EpochTable.create(tmp_path)
     source = PlannedSource(dataset, order, table, ViewSettings(32, True, seed, False, True, recipe))
-    assert source.wire.carries("ops") == (op_bounds(recipe).slots > 0)
+    assert source.wire.carries("ops") == op_bounds(recipe).applies
+    assert source.wire.carries("mix_ops") == (op_bounds(recipe).chains > 0)
     sent_ops = 0
     for dali_epoch, epoch in enumerate((0, 3)):
         table.write(dali_epoch, epoch, order.encode(0), size=size)
@@ -75,12 +81,19 @@ def test_the_source_sends_the_planners_rows(packed_lmdb, tmp_path, name):
                 assert columns["flip"][k] == crop.flip and list(columns["window_shape"][k]) == [size, size]
                 assert columns["interpolation"][k] == INTERP_CODES[expected.interpolation]
                 if source.wire.carries("ops"):
-                    assert list(columns["ops"][k]) == [np.float32(v) for v in ops_row(expected.ops)]
-                    assert np.array_equal(columns["matrices"][k], slot_matrices(expected.ops, size))
-                    sent_ops += len(expected.ops)
+                    placed = placed_ops(expected, source.bounds)
+                    assert list(columns["ops"][k]) == [np.float32(v) for v in ops_row(placed)]
+                    assert np.array_equal(columns["matrices"][k], slot_matrices(placed, size))
+                    if expected.mix is not None:
+                        chains = placed_chains(expected.mix, source.bounds)
+                        assert list(columns["mix_ops"][k]) == [np.float32(v) for v in ops_row(chains)]
+                        assert np.array_equal(columns["mix_matrices"][k], slot_matrices(chains, size))
+                        assert list(columns["mix_weights"][k]) == list(expected.mix.weights)
+                        assert columns["mix_m"][k] == expected.mix.m
+                    sent_ops += len(expected.ops) + (sum(map(len, expected.mix.chains)) if expected.mix else 0)
                 else:
                     assert expected.ops == ()
-    assert sent_ops > 0 or op_bounds(recipe).slots == 0
+    assert sent_ops > 0 or not op_bounds(recipe).applies
 
 
 # ---- (b) per kind: DALI's pixels vs augment.cpu's ----
@@ -153,11 +166,14 @@ def test_a_deit_loader_on_dali_serves_the_dataloaders_batches(packed_lmdb, withi
     assert image_differences(dali, other, recipe).median() > 5 * LOADER_IMAGE_MAX  # control: other views
 
 
-def test_a_recipe_with_ops_serves_the_dataloaders_pixels_per_record(packed_lmdb, within):
-    """RandAugment without a batch stage, uint8 and float32 out: record for record the dataloader's
-    view and ops, and the float output is the uint8 output normalized by the recipe's mean and std."""
-    recipe = Recipe(auto_augment="rand-m9-mstd0.5-inc1", interpolation="random", mean=(0.5, 0.4, 0.3),
-                    std=(0.2, 0.3, 0.25))
+@pytest.mark.parametrize("augment", ["rand-m9-mstd0.5-inc1", "augmix-m5-w3"])
+def test_a_recipe_with_ops_serves_the_dataloaders_pixels_per_record(packed_lmdb, within, augment):
+    """RandAugment or AugMix (with a vertical flip before and grayscale after its chains) without a
+    batch stage, uint8 and float32 out: record for record the dataloader's view and ops, and the float
+    output is the uint8 output normalized by the recipe's mean and std."""
+    recipe = Recipe(auto_augment=augment, interpolation="random", mean=(0.5, 0.4, 0.3), std=(0.2, 0.3, 0.25),
+                    vflip=0.3 if augment.startswith("augmix") else 0.0,
+                    grayscale_prob=0.3 if augment.startswith("augmix") else 0.0)
     raw = epoch_batches(make_loader(packed_lmdb, backend="dali", recipe=recipe, dtype=torch.uint8, **SMALL), 1)
     cpu = epoch_batches(make_loader(packed_lmdb, backend="dataloader", recipe=recipe, dtype=torch.uint8, **SMALL), 1)
     assert all(x.dtype == torch.uint8 and x.shape[1:] == (3, 40, 40) for x, _, _ in raw)
@@ -201,7 +217,7 @@ def test_bad_output_type_is_a_value_error():
     from datapipe.backends.dali.graph import build_pipeline
 
     with pytest.raises(ValueError, match="output must be one of"):
-        build_pipeline(SimpleNamespace(wire=None), batch_size=2, threads=1, py_workers=1, device_id=None,
+        build_pipeline(SimpleNamespace(wire=None, bounds=None), batch_size=2, threads=1, py_workers=1, device_id=None,
                        start_method="fork", seed=0, channels_last=False, output="int8")
 
 

@@ -21,7 +21,8 @@ from datapipe.sharding import record_of
 
 BACKENDS = ["threads", "dataloader", "prefetch", "dali"]
 RECIPES = {**PRESETS, "hue": Recipe(color_jitter=(0.4, 0.4, 0.4, 0.3), grayscale_prob=0.2),
-           "w0": Recipe(auto_augment="rand-m9-n3-mstd0.5-inc1-w0", vflip=0.5)}
+           "w0": Recipe(auto_augment="rand-m9-n3-mstd0.5-inc1-w0", vflip=0.5),
+           "augmix": Recipe(auto_augment="augmix-m5-w3", grayscale_prob=0.3)}
 SMALL = dict(batch_size=4, image_size=32, num_workers=2, seed=5, dtype=torch.uint8)
 
 

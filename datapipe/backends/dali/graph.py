@@ -8,7 +8,8 @@ the worker or a resume."""
 from __future__ import annotations
 
 from ...augment.dali import Context, apply_ops
-from ...augment.plan import OpBounds, fill_color, op_bounds
+from ...augment.plan import fill_color
+from ...augment.slots import OpBounds, op_bounds
 from ...augment.recipe import Recipe
 
 # nvJPEG's buffers sized once, up front, in training pipelines, with the values DALI's ResNet-50
@@ -74,13 +75,13 @@ def build_pipeline(source, *, batch_size: int, threads: int, py_workers: int, de
     if output not in OUTPUT_TYPES:
         raise ValueError(f"output must be one of {OUTPUT_TYPES}, got {output!r}")
     cuda = device_id is not None
-    layout = op_bounds(recipe if source.wire.carries("ops") else None)
+    layout = source.bounds or op_bounds(None)
     recipe = recipe or Recipe()
     pipe = pipeline_def(_graph)(
         source=source, cuda=cuda, output=output, channels_last=channels_last, layout=layout,
         context=Context(fill=fill_color(recipe), cuda=cuda), mean=recipe.mean, std=recipe.std,
         decoder=mixed_decoder_arguments(hw_decoder_load, preallocate=preallocate) if cuda else {},
-        py_workers=py_workers, enable_conditionals=layout.slots > 0, batch_size=batch_size, num_threads=threads,
+        py_workers=py_workers, enable_conditionals=layout.applies, batch_size=batch_size, num_threads=threads,
         device_id=device_id, seed=seed, py_num_workers=py_workers, py_start_method=start_method,
         prefetch_queue_depth=2)
     return track(pipe)  # a forked child never shuts it down (forking.py)
@@ -109,9 +110,10 @@ def _graph(source, cuda: bool, output: str, channels_last: bool, layout: OpBound
     images = fn.slice(images, s["window"], s["window_shape"], axis_names="WH", normalized_anchor=False,
                       normalized_shape=False)
     mirror = s["flip"]
-    if layout.slots > 0:  # a Python bool: the op graph exists only where the source sends ops
+    if layout.applies:  # a Python bool: the op graph exists only where the source sends ops
         images = fn.flip(images, horizontal=mirror)  # the view's mirror before the ops, as on the CPU path
-        images = apply_ops(images, s["ops"], s["matrices"], layout, context)
+        mix = tuple(s[name] for name in ("mix_ops", "mix_matrices", "mix_weights", "mix_m")) if layout.chains else None
+        images = apply_ops(images, s["ops"], s["matrices"], layout, context, mix)
         mirror = 0
     raw = output == "uint8"  # the pixels: no normalization
     dtype = {"float32": types.FLOAT, "float16": types.FLOAT16, "uint8": types.UINT8}[output]

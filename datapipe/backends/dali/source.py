@@ -24,7 +24,8 @@ import numpy as np
 
 from ...augment.dali import INTERP_CODES, slot_matrices
 from ...augment import plan as planner
-from ...augment.plan import Op, SamplePlan, op_bounds, ops_row
+from ...augment.plan import SamplePlan
+from ...augment.slots import OpBounds, op_bounds, ops_row, placed_chains, placed_ops
 from ...augment.recipe import Recipe
 from ...formats.base import Dataset
 from ...geometry import ViewGeometry, view_of
@@ -143,10 +144,16 @@ def view_columns(geometry: ViewGeometry, size: int) -> dict[str, Any]:
             "interpolation": INTERP_CODES[geometry.interpolation]}
 
 
-def op_columns(ops: tuple[Op, ...], size: int) -> dict[str, Any]:
-    """One sample's op columns (wire.OPS): the plan's ops row (plan.ops_row) and its slots' affine
-    matrices (augment.dali.slot_matrices)."""
-    return {"ops": ops_row(ops), "matrices": slot_matrices(ops, size)}
+def op_columns(plan: SamplePlan, bounds: OpBounds) -> dict[str, Any]:
+    """One sample's op columns (wire.OPS, wire.mix_columns): its ops at their slots (slots.placed_ops)
+    as a row and their affine matrices; AugMix's chains the same way, its weights and blend factor."""
+    placed = placed_ops(plan, bounds)
+    columns = {"ops": ops_row(placed), "matrices": slot_matrices(placed, plan.size)}
+    if bounds.chains:
+        chains = placed_chains(plan.mix, bounds)
+        columns.update(mix_ops=ops_row(chains), mix_matrices=slot_matrices(chains, plan.size),
+                       mix_weights=plan.mix.weights, mix_m=plan.mix.m)
+    return columns
 
 
 class PlannedSource:
@@ -158,7 +165,9 @@ class PlannedSource:
     def __init__(self, dataset: Dataset, order: EpochOrder | ShardOrder, table: EpochTable, settings: ViewSettings,
                  fields: FieldSpec | None = None) -> None:
         self.dataset, self.order, self.table, self.settings, self.fields = dataset, order, table, settings, fields
-        self.wire = Wire.of(ops=settings.train and op_bounds(settings.recipe).slots > 0, fields=fields is not None)
+        bounds = op_bounds(settings.recipe)
+        self.bounds = bounds if settings.train and bounds.applies else None  # None: the graph applies no op
+        self.wire = Wire.of(self.bounds, fields=fields is not None)
         self._maker_pid = os.getpid()  # kept through pickling: a spawned worker compares its own with it
         self._cached: tuple[tuple[int, int], Sequence[np.ndarray]] | None = None
         self._ahead: Sequence[tuple[int, ...]] | None = None  # per batch, computed when asked for
@@ -198,7 +207,7 @@ class PlannedSource:
     def _ops(self, plan: SamplePlan) -> dict[str, Any]:
         """The planned ops' columns; none where the graph applies no ops. Outside the bad-record
         policy: an error here is a bug, never served around."""
-        return op_columns(plan.ops, plan.size) if self.wire.carries("ops") else {}
+        return op_columns(plan, self.bounds) if self.bounds is not None else {}
 
     def problem(self, epoch: int, index: int) -> str | None:
         """Why record `index` cannot be used, or None (the parent uses this to report a skip)."""

@@ -2,9 +2,9 @@
 
 The source (source.PlannedSource) fills a batch by these names, each value checked against its
 column; the graph (graph.py) declares the external source's outputs and their DALI types from the
-same Wire and reads its nodes by name. Which columns travel follows from two facts: whether the
-graph applies ops (a recipe's train views with ops) and whether fields beyond image and label are
-asked for.
+same Wire and reads its nodes by name. Which columns travel follows from the op bounds of the
+graph (none: no ops; AugMix's chains: their columns too) and whether fields beyond image and label
+are asked for.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...augment.plan import MAX_OPS
+from ...augment.slots import MAX_OPS, OpBounds
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,16 @@ VIEW = (Column("roi_anchor", "float32", (2,)), Column("roi_shape", "float32", (2
         Column("interpolation", "int32"))
 # the plan's ops (plan.ops_row: kind id, parameter per slot) and each slot's affine matrix
 OPS = (Column("ops", "float32", (2 * MAX_OPS,)), Column("matrices", "float32", (MAX_OPS, 2, 3)))
-REPLACED = (Column("replaced", "int64"),)  # the record a substitute replaced (-1: none)
+REPLACED = (Column("replaced", "int64"),)
+
+
+def mix_columns(bounds: OpBounds) -> tuple[Column, ...]:
+    """AugMix's: the chains' placed ops (slots.placed_chains), their matrices, the weights, the blend."""
+    slots = bounds.chains * bounds.depth
+    return (Column("mix_ops", "float32", (2 * max(MAX_OPS, slots),)),
+            Column("mix_matrices", "float32", (max(MAX_OPS, slots), 2, 3)),
+            Column("mix_weights", "float32", (bounds.chains,)), Column("mix_m", "float32"))
+  # the record a substitute replaced (-1: none)
 # the served record's extra fields (fields.FieldSpec.to_wire: UTF-8 JSON, zero-padded to the batch's
 # longest, as DALI's PyTorch iterator makes one tensor of a batch) and that JSON's length
 FIELDS = (Column("fields", "uint8", None), Column("fields_len", "int64"))
@@ -46,8 +55,10 @@ class Wire:
     columns: tuple[Column, ...]
 
     @classmethod
-    def of(cls, *, ops: bool, fields: bool) -> "Wire":
-        return cls(RECORD + VIEW + (OPS if ops else ()) + REPLACED + (FIELDS if fields else ()))
+    def of(cls, bounds: OpBounds | None, *, fields: bool) -> "Wire":
+        """The columns for a graph applying ops within `bounds` (None: no ops), with fields or not."""
+        ops = OPS + (mix_columns(bounds) if bounds.chains else ()) if bounds is not None else ()
+        return cls(RECORD + VIEW + ops + REPLACED + (FIELDS if fields else ()))
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -1,0 +1,96 @@
+"""Where a plan's ops sit in the DALI graph: the slots it builds for a recipe (op_bounds, read from the
+planner's stages) and the rows DALI's source sends per sample (the flat ops, AugMix's chains), each
+op at a fixed slot so that one graph serves every sample. Pure Python, like the planner."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .ops import KIND_ID, TIMM_OPS
+from .plan import JITTER_KINDS, Mix, Op, SamplePlan
+from .policies import AUGMIX_OPS, POLICIES, RAND_INCREASING_OPS, RAND_OPS, TRIVIAL_ORDER, rand_weights
+from .recipe import AutoAugment, Recipe
+
+MAX_OPS = 8  # flat op slots of a row: vflip + up to 4 auto-augment ops or 4 jitter factors + grayscale
+IDENTITY: Op = (KIND_ID["identity"], 0.0)
+
+
+@dataclass(frozen=True)
+class OpBounds:
+    """What a recipe's plans can hold: `slots` flat ops at most, the first `mix_at` of them before
+    AugMix's `chains` chains of up to `depth` ops each (none: no AugMix), of `kinds` (names in id
+    order, identity first). What the DALI graph builds (augment.dali)."""
+
+    slots: int
+    kinds: tuple[str, ...]
+    mix_at: int = 0
+    chains: int = 0
+    depth: int = 0
+
+    @property
+    def applies(self) -> bool:
+        """Whether a plan within these bounds can hold any op (else the graph has no op and no conditional)."""
+        return self.slots > 0 or self.chains > 0
+
+
+def op_bounds(recipe: Recipe | None) -> OpBounds:
+    """The most ops and the kinds the planner can draw for `recipe`, stage by stage as plan._ops draws
+    them; none for None or the default recipe."""
+    if recipe is None:
+        return OpBounds(0, ("identity",))
+    before: list[tuple[int, set[str]]] = [(1, {"vflip"})] if recipe.vflip > 0 else []
+    after: list[tuple[int, set[str]]] = []
+    augment, chains, depth, mix_kinds = recipe.augment, 0, 0, set()
+    if augment is not None and augment.policy == "augmix":
+        chains, depth = augment.width, augment.depth or 3
+        mix_kinds = {TIMM_OPS[name].kind for name in AUGMIX_OPS}
+    elif augment is not None:
+        before.append(_auto_augment_bounds(augment))
+    if recipe.jitter is not None:
+        drawn = {kind for kind, strength in zip(JITTER_KINDS, recipe.jitter) if strength > 0}
+        before.append((len(drawn), drawn))
+    if recipe.grayscale_prob > 0:
+        (after if chains else before).append((1, {"grayscale"}))
+    stages = before + after
+    kinds = {"identity"} | mix_kinds | set().union(*(k for _, k in stages))
+    mix_at = sum(n for n, _ in before)
+    return OpBounds(mix_at + sum(n for n, _ in after), tuple(sorted(kinds, key=KIND_ID.__getitem__)),
+                    mix_at if chains else mix_at + sum(n for n, _ in after), chains, depth)
+
+
+def _auto_augment_bounds(augment: AutoAugment) -> tuple[int, set[str]]:
+    if augment.policy == "rand":
+        names = RAND_INCREASING_OPS if augment.increasing else RAND_OPS
+        weights = rand_weights(augment.weights) or (1.0,) * len(names)
+        return augment.num_ops, {TIMM_OPS[name].kind for name, w in zip(names, weights) if w > 0}
+    if augment.policy == "trivialaugment":
+        return 1, set(TRIVIAL_ORDER)
+    policy = POLICIES[augment.policy]
+    return max(len(sub) for sub in policy), {TIMM_OPS[name].kind for sub in policy for name, *_ in sub}
+
+
+def placed_ops(plan: SamplePlan, bounds: OpBounds) -> list[Op]:
+    """The plan's flat ops at their slots (MAX_OPS of them, identity elsewhere): those before AugMix
+    from slot 0, those after it from slot bounds.mix_at."""
+    placed = [IDENTITY] * MAX_OPS
+    before = plan.ops[:plan.mix_at] if plan.mix is not None else plan.ops
+    after = plan.ops[plan.mix_at:] if plan.mix is not None else ()
+    for slot, op in [*enumerate(before), *enumerate(after, bounds.mix_at)]:
+        placed[slot] = op
+    return placed
+
+
+def placed_chains(mix: Mix, bounds: OpBounds) -> list[Op]:
+    """AugMix's chains at their slots: chain c's ops from slot c * depth, identity-padded."""
+    placed = [IDENTITY] * (bounds.chains * bounds.depth)
+    for c, chain in enumerate(mix.chains):
+        placed[c * bounds.depth:c * bounds.depth + len(chain)] = chain
+    return placed
+
+
+def ops_row(ops: list[Op] | tuple[Op, ...]) -> list[float]:
+    """Placed ops as 2 numbers each (kind id, parameter): what DALI's source sends; fewer than
+    MAX_OPS are identity-padded to MAX_OPS."""
+    row = [0.0] * (2 * max(MAX_OPS, len(ops)))
+    for k, (kind, value) in enumerate(ops):
+        row[2 * k], row[2 * k + 1] = float(kind), float(value)
+    return row
