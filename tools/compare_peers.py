@@ -168,10 +168,12 @@ def pss(pid: int) -> int:
         return 0
 
 
-def run_child(python: str, name: str, data: str, workers: int, epochs: int, script: str = __file__) -> dict:
+def run_child(python: str, name: str, data: str, workers: int, epochs: int, script: str = __file__,
+              pythonpath: str | None = None) -> dict:
     """One row in a fresh process (`script --child name data workers epochs`, which prints one JSON
-    line): its result plus the tree's CPU-s per 1,000 images, peak RSS, PSS."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    line): its result plus the tree's CPU-s per 1,000 images, peak RSS, PSS. `pythonpath`: the tree
+    the child imports datapipe from (default: this one)."""
+    env = {**os.environ, "PYTHONPATH": pythonpath or str(ROOT)}
     child = subprocess.Popen([python, script, "--child", name, data, str(workers), str(epochs)], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     meter = TreeMeter(child.pid)
@@ -233,15 +235,16 @@ def convert_rows(folder: Path, peers_python: str) -> dict[str, tuple[str, str, s
             "convert: datapipe convert .wds --engine ray": (sys.executable, "convert_datapipe_ray", str(folder))}
 
 
-def measure(rows: dict[str, tuple[str, str, str]], passes: int, workers: int, epochs: int,
+def measure(rows: dict[str, tuple], passes: int, workers: int, epochs: int,
             script: str = __file__) -> dict[str, list[dict]]:
     """Every row once a pass, in order on odd passes and reversed on even ones; `script` runs the
-    children (tools/peer_recipes.py has its own)."""
+    children (tools/peer_recipes.py has its own). A row is (python, child, input) or (python, child,
+    input, PYTHONPATH) for a child that imports datapipe from another tree."""
     results: dict[str, list[dict]] = {row: [] for row in rows}
     for n in range(passes):
         for row in (list(rows) if n % 2 == 0 else list(reversed(rows))):
-            python, child, data = rows[row]
-            results[row].append(run_child(python, child, data, workers, epochs, script))
+            python, child, data, *path = rows[row]
+            results[row].append(run_child(python, child, data, workers, epochs, script, *path))
             print(f"pass {n + 1}: {row}: {results[row][-1]['images_per_s']:.0f} img/s", file=sys.stderr, flush=True)
     return results
 

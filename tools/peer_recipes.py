@@ -4,6 +4,8 @@
     python tools/make_imagenet_like.py --out build/imagenet-like              # the ImageNet-sized corpus
     python tools/peer_recipes.py build/imagenet-like --recipes-venv /work/peers-venv --passes 2 --epochs 1 \
         --json benchmarks/peers-recipes-cpu.json
+    python tools/peer_recipes.py build/imagenet-like --recipes-venv /work/peers-venv --only "DeiT,deit,224" \
+        --datapipe-tree before=/work/wt-bench --datapipe-tree after=.    # two datapipes, interleaved
 
 Rows, each in a fresh process, interleaved and measured as tools/compare_peers.py does (its
 run_child/measure: images/s over the timed epochs after a warm-up epoch, CPU-s of the whole process
@@ -27,6 +29,11 @@ timm and torchvision live in a venv of their own (torch 2.14.1 + torchvision 0.2
 13: timm's posterize passes 0 bits at magnitude 10, which Pillow 13 rejects); datapipe never needs
 them. The folder rows read the files Pillow decodes (tools/peer_loaders.good_files), datapipe the
 records `datapipe convert` accepted.
+
+--datapipe-tree NAME=PATH (repeatable): datapipe's rows once per tree ("datapipe@NAME threads:
+recipe=deit"...), each child run with PYTHONPATH=PATH (checked: the child reports the datapipe it
+imported), all rows interleaved in each pass; the peers' rows once. Before/after comparisons of two
+commits in one machine state. The LMDB is converted by this tree's datapipe.
 """
 from __future__ import annotations
 
@@ -130,6 +137,7 @@ def load_torchvision(files_json: str, workers: int, epochs: int, recipe: bool) -
 
 def load_datapipe(path: str, workers: int, epochs: int, backend: str, size: int, **recipe) -> dict:
     """make_loader with a preset (recipe="deit") or Recipe fields (interpolation="bicubic")."""
+    import datapipe
     from datapipe import make_loader
 
     loader = make_loader(path, backend=backend, batch_size=peers.BATCH, image_size=size, num_workers=workers,
@@ -139,7 +147,7 @@ def load_datapipe(path: str, workers: int, epochs: int, backend: str, size: int,
         loader.set_epoch(epoch)
         return loader
 
-    return peers.timed_epochs(epoch_batches, epochs)
+    return {**peers.timed_epochs(epoch_batches, epochs), "datapipe_file": datapipe.__file__}
 
 
 CHILDREN = {"timm_deit": functools.partial(load_timm, recipe=True),
@@ -193,8 +201,28 @@ VERSIONS = ("import PIL, timm, torch, torchvision; print(f'torch {torch.__versio
             "{torchvision.__version__}, timm {timm.__version__}, Pillow {PIL.__version__}')")
 
 
-def recipe_rows(folder: Path, work: Path, recipes_python: str) -> dict[str, tuple[str, str, str]]:
-    """row -> (python, child, input); the inputs built once (not timed): good files and an LMDB."""
+def tree_row(row: str, tree: str) -> str:
+    """A datapipe row's name for one of --datapipe-tree's trees: "datapipe@NAME threads: ..."."""
+    return row.replace("datapipe ", f"datapipe@{tree} ", 1)
+
+
+def with_trees(trees: dict[str, Path]) -> None:
+    """ROWS with each datapipe row once per tree (its anchor and crop-and-flip row the same tree's)."""
+    rows = {}
+    for row, (venv, child, kind, anchor, plain) in ROWS.items():
+        if venv != "datapipe":
+            rows[row] = (venv, child, kind, anchor, plain)
+            continue
+        for tree in trees:
+            rows[tree_row(row, tree)] = (venv, child, kind, anchor, plain and tree_row(plain, tree))
+    ROWS.clear()
+    ROWS.update(rows)
+
+
+def recipe_rows(folder: Path, work: Path, recipes_python: str,
+                trees: dict[str, Path] | None = None) -> dict[str, tuple]:
+    """row -> (python, child, input[, PYTHONPATH]); the inputs built once (not timed): good files and
+    an LMDB. With `trees` (name -> datapipe tree), datapipe's rows once per tree."""
     work.mkdir(parents=True, exist_ok=True)
     good, lmdb = work / f"{folder.name}.good.json", work / f"{folder.name}.lmdb"
     if not good.exists():
@@ -203,7 +231,14 @@ def recipe_rows(folder: Path, work: Path, recipes_python: str) -> dict[str, tupl
         subprocess.run([sys.executable, "-m", "datapipe", "convert", str(folder), str(lmdb)], check=True)
     python = {"recipes": recipes_python, "datapipe": sys.executable}
     data = {"good": str(good), "lmdb": str(lmdb)}
-    return {row: (python[venv], child, data[kind]) for row, (venv, child, kind, _, _) in ROWS.items()}
+    if trees:
+        with_trees(trees)
+    out = {}
+    for row, (venv, child, kind, _, _) in ROWS.items():
+        out[row] = (python[venv], child, data[kind])
+        if trees and venv == "datapipe":
+            out[row] += (str(trees[row.split("@", 1)[1].split(" ", 1)[0]]),)
+    return out
 
 
 def summarize(results: dict[str, list[dict]]) -> dict[str, dict]:
@@ -254,10 +289,10 @@ def load_average() -> list[float]:
     return list(os.getloadavg())
 
 
-def datapipe_tree() -> dict:
+def datapipe_tree(root: Path = ROOT) -> dict:
     """The commit datapipe's rows ran and the files changed since (a shared work tree moves)."""
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True).stdout.strip()
 
     return {"commit": git("rev-parse", "HEAD"),
             "changed": git("status", "--short", "--untracked-files=no").splitlines()}
@@ -273,6 +308,8 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=1, help="timed epochs per run (after a warm-up one)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--only", help="comma-separated substrings: measure the rows whose names hold one")
+    parser.add_argument("--datapipe-tree", action="append", default=[], metavar="NAME=PATH",
+                        help="run datapipe's rows once per tree (PYTHONPATH=PATH), labelled datapipe@NAME")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -291,12 +328,22 @@ def main() -> int:
     import compare_peers  # the driver's meters (imports numpy: this venv only)
 
     versions = subprocess.run([recipes_python, "-c", VERSIONS], capture_output=True, text=True, check=True).stdout
-    rows = recipe_rows(args.folder, args.work, recipes_python)
+    trees = {}
+    for spec in args.datapipe_tree:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or " " in name or "@" in name:
+            parser.error(f"--datapipe-tree {spec!r}: give NAME=PATH")
+        trees[name] = Path(path).resolve()
+    rows = recipe_rows(args.folder, args.work, recipes_python, trees)
     if args.only:
         rows = {row: how for row, how in rows.items() if any(part in row for part in args.only.split(","))}
     before = load_average()
     results = compare_peers.measure(rows, args.passes, args.workers, args.epochs, script=__file__)
     after = load_average()
+    for row, runs in results.items():  # each datapipe child imported the tree it was meant to
+        for run in runs:
+            if "datapipe_file" in run and len(rows[row]) > 3 and not run["datapipe_file"].startswith(rows[row][3] + "/"):
+                sys.exit(f"{row}: the child imported {run['datapipe_file']}, not {rows[row][3]}'s datapipe")
     summary = summarize(results)
     print(f"\n{args.folder} ({args.workers} workers, {args.passes} passes, {args.epochs} timed epochs); "
           f"{versions.strip()}; load average before {before}, after {after}")
@@ -305,6 +352,8 @@ def main() -> int:
         args.json.write_text(json.dumps({"workers": args.workers, "passes": args.passes, "epochs": args.epochs,
                                          "batch_size": peers.BATCH, "machine": compare_peers.machine_description(),
                                          "peers": versions.strip(), "datapipe": datapipe_tree(),
+                                         "datapipe_trees": {name: {"path": str(path), **datapipe_tree(path)}
+                                                            for name, path in trees.items()},
                                          "load_average_before": before,
                                          "load_average_after": after, "summary": summary, "runs": results},
                                         indent=1))

@@ -1,13 +1,17 @@
 """A recipe's CPU cost per image, op by op, on ImageNet-sized photos (issue #39 item 4), and
 prototypes of fused kernels beside today's (item 4's "compile the plan"). Rerun after an optimisation.
+(Ported to the one-planner-call API: augment.plan.plan_sample, transforms.open_encoded + decode_view,
+the op table augment.ops.TABLE; the "before" copy of this tool is at commit 7104ee5.)
 
     PYTHONPATH=. .venv/bin/python tools/profile_recipe_ops.py /work/peers-data/imagenet-like \
         [--recipe deit] [--images 400] [--fusions] [--json benchmarks/recipes-profile/ops.json]
     PYTHONPATH=. .venv/bin/python tools/profile_recipe_ops.py LMDB --loop threads --batches 40   # for py-spy
 
 One thread (torch.set_num_threads(1), as each decode thread or worker runs), the stages timed call by
-call in this thread's CPU time (time.thread_time_ns, immune to a loaded machine's preemption): the decode + crop-resize (transforms.decode_view, the planner's first draws
-included), the planner's op draws (plan.plan_ops), each op kind of augment/cpu.py on 224 x 224 views
+call in this thread's CPU time (time.thread_time_ns, immune to a loaded machine's preemption): the
+decode + crop-resize (transforms.open_encoded + decode_view: the header and the decode; the view's
+draws are now the planner's), the planner's call (plan.plan_sample: every draw of the record, view and
+ops), each op kind's CPU kernel (augment.ops.TABLE[name].cpu) on 224 x 224 views
 with the parameters the planner drew for it, the normalize (threads: Normalizer.sample_into per
 sample; dataloader: the batch normalize), the erasing and the mixing (augment/batch.BatchStage) per
 batch of 64 divided by 64. "per image" weighs each op kind by how often the recipe's plans hold it
@@ -15,8 +19,10 @@ batch of 64 divided by 64. "per image" weighs each op kind by how often the reci
 
 --fusions times prototypes (this file only; datapipe/ is untouched) against today's kernels on the
 same images, with their largest pixel difference: point ops (brightness, contrast, posterize,
-solarize...) as one composed lookup table; the affine ops with Pillow's uint8 Image.transform instead
-of float grid_sample; the crop-resize and an affine op as one resampling from the decoded crop.
+solarize...) as one composed lookup table; the affine ops: today's cpu.affine (the compiled
+datapipe._warp where built) against the old torch path (cpu.affine_grid_sample), Pillow's uint8
+Image.transform, an analytic-grid grid_sample and a separable shift; the crop-resize and an affine op
+as one resampling from the decoded crop.
 """
 from __future__ import annotations
 
@@ -38,14 +44,16 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from datapipe.augment import cpu  # noqa: E402
 from datapipe.augment.batch import BatchStage  # noqa: E402
-from datapipe.augment.ops import AFFINE, KINDS  # noqa: E402
-from datapipe.augment.plan import fill_color, plan_ops  # noqa: E402
+from datapipe.augment.batch_plan import plan_mix  # noqa: E402
+from datapipe.augment.ops import KINDS, TABLE  # noqa: E402
+from datapipe.augment.plan import fill_color, plan_sample  # noqa: E402
 from datapipe.augment.recipe import resolve_recipe  # noqa: E402
 from datapipe.backends.normalize import Normalizer  # noqa: E402
-from datapipe.geometry import sample_rng, scaled_box  # noqa: E402
-from datapipe.transforms import decode_view  # noqa: E402
+from datapipe.geometry import scaled_box  # noqa: E402
+from datapipe.transforms import decode_view, open_encoded  # noqa: E402
 
 SIZE, BATCH = 224, 64
+WARP = "compiled datapipe._warp" if cpu._warp is not None else "affine_grid_sample (datapipe._warp not built)"
 POINT = ("posterize", "solarize", "solarize_add", "invert", "brightness", "auto_contrast", "equalize", "contrast")
 
 
@@ -87,33 +95,32 @@ def profile(datas: list[bytes], recipe, plans: int, repeat: int) -> dict:
     fill = fill_color(recipe)
     decode_ms, plan_ms, views, ops_seen = [], [], [], []
     for i, data in enumerate(datas):
-        rng = sample_rng(0, 0, i)
-        ms, view = clock(decode_view, data, SIZE, train=True, rng=rng, recipe=recipe)
-        decode_ms.append(ms)
-        views.append(view)
-        ms, ops = clock(plan_ops, recipe, SIZE, rng)
+        t = time.thread_time_ns()
+        encoded = open_encoded(data)
+        header = time.thread_time_ns() - t
+        ms, plan = clock(plan_sample, recipe, 0, 0, i, SIZE, encoded.width, encoded.height, train=True)
         plan_ms.append(ms)
-        ops_seen.extend(ops)
-    # how often each kind is in a plan: the plans of `plans` records (the view's draws first, as a backend)
+        ms, view = clock(decode_view, encoded, plan)
+        decode_ms.append(ms + header / 1e6)
+        views.append(view)
+        ops_seen.extend(plan.ops)
+    # how often each kind is in a plan: the plans of `plans` records (one planner call each, as a backend)
     freq: Counter = Counter()
     params: dict[str, list[float]] = {}
     for i in range(plans):
-        rng = sample_rng(1, 0, i)
-        from datapipe.geometry import plan_view
-        plan_view(recipe, 500, 375, SIZE, train=True, rng=rng)
-        for kind, value in plan_ops(recipe, SIZE, rng):
+        for kind, value in plan_sample(recipe, 1, 0, i, SIZE, 500, 375, train=True).ops:
             name = KINDS[int(kind)]
             freq[name] += 1
             params.setdefault(name, []).append(float(value))
     rows = {"decode + crop-resize (decode_view)": {**stats(decode_ms), "per_image": 1.0},
-            "plan_ops (the op draws)": {**stats(plan_ms), "per_image": 1.0}}
+            "plan_sample (all the record's draws)": {**stats(plan_ms), "per_image": 1.0}}
     for name in sorted(freq, key=lambda n: -freq[n]):
         ms = []
         values = params[name]
         for r in range(repeat):
             for k, view in enumerate(views):
                 value = values[(k + r * len(views)) % len(values)]
-                ms.append(clock(cpu.APPLIERS[name], view, value, fill)[0])
+                ms.append(clock(TABLE[name].cpu, view, value, fill)[0])
         rows[f"op {name}"] = {**stats(ms), "per_image": freq[name] / plans}
     # apply_ops' own loop on an empty plan (the dispatch beside the kernels)
     ms = [clock(cpu.apply_ops, v, (), fill=fill)[0] for v in views]
@@ -138,7 +145,6 @@ def profile(datas: list[bytes], recipe, plans: int, repeat: int) -> dict:
         indices = torch.arange(b * BATCH, (b + 1) * BATCH)
         erase_ms.append(clock(stage.erase, images, indices, 0)[0] / BATCH)
         labels = torch.randint(0, 20, (BATCH,))
-        from datapipe.augment.plan import plan_mix
         t = time.thread_time_ns()
         mix = plan_mix(recipe, 0, 0, b, 0, BATCH, SIZE, SIZE)
         mixed, lam = (stage._mix_batch if recipe.mix_mode == "batch" else stage._mix_elem)(images, mix)
@@ -218,7 +224,10 @@ def pil_affine(image: torch.Tensor, matrix, fill, resample=Image.Resampling.BILI
 def fusions(datas: list[bytes], recipe, repeat: int) -> dict:
     torch.set_num_threads(1)
     fill = fill_color(recipe)
-    views = [decode_view(d, SIZE, train=True, rng=sample_rng(0, 0, i), recipe=recipe) for i, d in enumerate(datas)]
+    views = []
+    for i, d in enumerate(datas):
+        encoded = open_encoded(d)
+        views.append(decode_view(encoded, plan_sample(recipe, 0, 0, i, SIZE, encoded.width, encoded.height)))
     out: dict[str, dict] = {}
 
     def row(name, today, proto, check=None, note=""):
@@ -230,34 +239,43 @@ def fusions(datas: list[bytes], recipe, repeat: int) -> dict:
                      "x_faster": statistics.median(a) / statistics.median(b), "max_abs_diff": diff, "note": note}
 
     # 1. the float point ops as a LUT (exact: a function of each value alone)
-    row("brightness 1.3: float kernel -> LUT", lambda v: cpu.brightness(v, 1.3, fill),
-        lambda v: cpu._lut(v, lut_of("brightness", 1.3)))
-    row("contrast 1.3: float kernel -> int mean + LUT", lambda v: cpu.contrast(v, 1.3, fill),
-        lambda v: cpu._lut(v, _contrast_table(v, 1.3)))
-    row("posterize 6: torch bitwise -> LUT", lambda v: cpu.posterize(v, 6, fill),
-        lambda v: cpu._lut(v, lut_of("posterize", 6)))
+    row("brightness 1.3: float kernel -> LUT", lambda v: cpu.brightness(v, 1.3),
+        lambda v: cpu.lut(v, lut_of("brightness", 1.3)))
+    row("contrast 1.3: float kernel -> int mean + LUT", lambda v: cpu.contrast(v, 1.3),
+        lambda v: cpu.lut(v, _contrast_table(v, 1.3)))
+    row("posterize 6: torch bitwise -> LUT", lambda v: TABLE["posterize"].cpu(v, 6, fill),
+        lambda v: cpu.lut(v, lut_of("posterize", 6)))
     # 2. two consecutive point ops composed into one table
     two = (("solarize", 200.0), ("brightness", 1.3))
     row("solarize then brightness: 2 kernels -> 1 composed LUT",
-        lambda v: cpu.brightness(cpu.solarize(v, 200.0, fill), 1.3, fill),
-        lambda v: cpu._lut(v, np.take(lut_of(*two[1]), lut_of(*two[0]))))
+        lambda v: cpu.brightness(TABLE["solarize"].cpu(v, 200.0, fill), 1.3),
+        lambda v: cpu.lut(v, np.take(lut_of(*two[1]), lut_of(*two[0]))))
     # a shared uint8 LUT kernel: torch's index on a flattened view against NumPy's take, 1 table
     table = lut_of("solarize", 128.0).astype(np.uint8)
     t_table = torch.from_numpy(table)
-    row("LUT: np.take (today) vs torch.take", lambda v: cpu._lut(v, table), lambda v: t_table[v.long()], check=0,
+    row("LUT: np.take (today) vs torch.take", lambda v: cpu.lut(v, table), lambda v: t_table[v.long()], check=0,
         note="torch's int64 gather, for scale")
-    # 3. the affine ops: float grid_sample (today) vs Pillow's uint8 transform (timm's own kernel)
+    # 3. the affine ops. 3a: the old torch path (affine_grid + grid_sample, float32: "today" here)
+    # against cpu.affine as shipped (the compiled uint8 warp where built): the C warp's gain
+    for kind, value in (("rotate", 13.5), ("shear_x", 0.15), ("shear_y", -0.15), ("translate_x", 45.3),
+                        ("translate_y", 45.3)):
+        m = TABLE[kind].affine(value, SIZE, SIZE)
+        row(f"{kind}: cpu.affine_grid_sample (old torch path) -> cpu.affine ({WARP})",
+            lambda v: cpu.affine_grid_sample(v, m, fill), lambda v: cpu.affine(v, m, fill),
+            note="the shipped kernel against the one it replaced")
+    # 3b. today's cpu.affine against Pillow's uint8 transform (timm's own kernel)
     for kind, value in (("rotate", 13.5), ("shear_x", 0.15), ("translate_x", 45.0)):
-        m = AFFINE[kind](value, SIZE, SIZE)
-        row(f"{kind}: grid_sample float -> Pillow uint8 transform (bilinear)", lambda v: cpu._affine(v, m, fill),
+        m = TABLE[kind].affine(value, SIZE, SIZE)
+        row(f"{kind}: cpu.affine -> Pillow uint8 transform (bilinear)", lambda v: cpu.affine(v, m, fill),
             lambda v: pil_affine(v, m, fill), note="rounding differs where a sample lands between levels")
-    # 3b. today's grid_sample with its grid and PIL's inside-mask built analytically (two broadcast
-    # adds) instead of affine_grid's batched matmul and a 4-D comparison: the same samples
+    # 3c. grid_sample with its grid and PIL's inside-mask built analytically (two broadcast adds)
+    # instead of affine_grid's batched matmul and a 4-D comparison, against today's cpu.affine
     for kind, value in (("rotate", 13.5), ("shear_y", -0.15), ("translate_y", 45.3)):
-        m = AFFINE[kind](value, SIZE, SIZE)
-        row(f"{kind}: affine_grid + mask -> analytic grid (grid_sample kept)", lambda v: cpu._affine(v, m, fill),
-            lambda v: lean_affine(v, m, fill), note="same kernel, cheaper set-up")
-    row("translate_x 45.3: grid_sample -> slice + 1 lerp (separable shift)", lambda v: cpu._affine(v, AFFINE["translate_x"](45.3, SIZE, SIZE), fill),
+        m = TABLE[kind].affine(value, SIZE, SIZE)
+        row(f"{kind}: cpu.affine -> analytic grid + grid_sample", lambda v: cpu.affine(v, m, fill),
+            lambda v: lean_affine(v, m, fill), note="the before run's best torch set-up")
+    row("translate_x 45.3: cpu.affine -> slice + 1 lerp (separable shift)",
+        lambda v: cpu.affine(v, TABLE["translate_x"].affine(45.3, SIZE, SIZE), fill),
         lambda v: shift_x(v, 45.3, fill), note="a pure shift is a 2-tap filter along one axis")
     # 4. crop-resize + an affine op as one resampling (no second pass, no float image)
     out.update(fused_crop_affine(datas, recipe, fill, repeat))
@@ -268,7 +286,7 @@ _AXIS = torch.arange(SIZE, dtype=torch.float32) + 0.5  # pixel centres
 
 
 def lean_affine(image: torch.Tensor, matrix, fill) -> torch.Tensor:
-    """cpu._affine with the grid as (a x + c) + (b y) broadcast sums in grid_sample's -1..1 units,
+    """cpu.affine_grid_sample with the grid as (a x + c) + (b y) broadcast sums in grid_sample's -1..1 units,
     and PIL's inside test on the same numbers."""
     _, h, w = image.shape
     a, b, c, d, e, f = matrix
@@ -310,11 +328,11 @@ def _contrast_table(v: torch.Tensor, factor: float) -> np.ndarray:
 
 def fused_crop_affine(datas: list[bytes], recipe, fill, repeat: int) -> dict:
     """From the decoded pixels: today's crop-resize (antialiased bicubic) then rotate 13.5 degrees
-    (grid_sample) against one Pillow transform of the crop with the composed matrix (bicubic, uint8,
+    (cpu.affine) against one Pillow transform of the crop with the composed matrix (bicubic, uint8,
     no antialias: Pillow's transform filters at the output's scale only) and one grid_sample."""
     import simplejpeg
 
-    from datapipe.geometry import random_resized_crop
+    from datapipe.augment.plan import random_resized_crop
     from datapipe.transforms import _resize
 
     two, one_pil, one_grid, diffs = [], [], [], []
@@ -328,12 +346,12 @@ def fused_crop_affine(datas: list[bytes], recipe, fill, repeat: int) -> dict:
         left, top, right, bottom = scaled_box(crop, w, h, w, h)
         region = pixels[top:bottom, left:right]
         rw, rh = right - left, bottom - top
-        a, b, c, d, e, f = AFFINE["rotate"](13.5, SIZE, SIZE)
+        a, b, c, d, e, f = TABLE["rotate"].affine(13.5, SIZE, SIZE)
         sx, sy = rw / SIZE, rh / SIZE  # output-of-resize coords -> region coords
         composed = (a * sx, b * sx, c * sx, d * sy, e * sy, f * sy)
 
         def today():
-            return cpu._affine(_resize(region, SIZE, SIZE, "bicubic"), (a, b, c, d, e, f), fill)
+            return cpu.affine(_resize(region, SIZE, SIZE, "bicubic"), (a, b, c, d, e, f), fill)
 
         def fused_pil():
             img = Image.fromarray(np.ascontiguousarray(region))
@@ -362,7 +380,7 @@ def fused_crop_affine(datas: list[bytes], recipe, fill, repeat: int) -> dict:
 
 
 def _affine_sized(region: np.ndarray, matrix, fill) -> torch.Tensor:
-    """cpu._affine's grid_sample from a region of any size to SIZE x SIZE (the composed map)."""
+    """cpu.affine_grid_sample's grid_sample from a region of any size to SIZE x SIZE (the composed map)."""
     image = torch.from_numpy(np.ascontiguousarray(region)).permute(2, 0, 1)
     _, h, w = image.shape
     a, b, c, d, e, f = matrix
