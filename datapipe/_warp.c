@@ -1,11 +1,12 @@
-/* datapipe._warp: PIL's Image.transform(AFFINE) on a uint8 CHW image, bilinear, in one pass.
+/* datapipe._warp: PIL's Image.transform(AFFINE, BILINEAR) on a uint8 CHW image, in one pass: the same
+values as Pillow's (libImaging/Geometry.c: affine_transform, BILINEAR_HEAD/BODY, bilinear_filter32RGB).
 
 The output pixel centred at (x + 0.5, y + 0.5) takes the input at the continuous point
 (u, v) = (a x' + b y' + c, d x' + e y' + f), x' = x + 0.5, y' = y + 0.5 (pixel i spans [i, i + 1]);
-a pixel whose point falls outside [0, width) x [0, height) gets the fill colour (PIL's rule); inside,
-the four pixel centres around (u - 0.5, v - 0.5) are blended bilinearly, coordinates clamped to the
-image (torch's grid_sample with padding_mode="border", what datapipe.augment.cpu.affine did), and
-the result rounded half to even. Double precision, as PIL's transform. The GIL is released. */
+a pixel whose point falls outside [0, width) x [0, height) gets the fill colour; inside, the four
+pixel centres around (u - 0.5, v - 0.5) are blended bilinearly (a + (b - a) d along x, then along y),
+taps clamped to the image, in double precision, and the result truncated to uint8 as Pillow's
+(UINT8) cast does. The GIL is released. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -14,11 +15,9 @@ static inline double clamp(double value, double low, double high) {
     return value < low ? low : (value > high ? high : value);
 }
 
-/* A blend of levels 0..255 rounded half to even (torch.round's rule), without a libm call. */
+/* A blend of levels 0..255 as Pillow stores it: truncated. */
 static inline uint8_t to_level(double value) {
-    int level = (int)(value + 0.5);
-    if (level - value == 0.5 && (level & 1)) level--;
-    return (uint8_t)(level < 0 ? 0 : (level > 255 ? 255 : level));
+    return (uint8_t)(value < 0 ? 0 : (value > 255 ? 255 : value));
 }
 
 static void warp(const uint8_t *src, uint8_t *dst, Py_ssize_t width, Py_ssize_t height, const double *m,
@@ -59,7 +58,8 @@ static PyObject *warp_affine(PyObject *self, PyObject *args) {
                           &m[4], &m[5], &fill[0], &fill[1], &fill[2]))
         return NULL;
     PyObject *result = NULL;
-    if (width < 1 || height < 1 || src.len != 3 * width * height || dst.len != src.len) {
+    if (width < 1 || height < 1 || width > PY_SSIZE_T_MAX / 3 / height || src.len != 3 * width * height ||
+        dst.len != src.len) {
         PyErr_Format(PyExc_ValueError, "a 3 x %zd x %zd uint8 image and an output of its size are needed, got %zd "
                      "and %zd bytes", height, width, src.len, dst.len);
     } else {
@@ -78,7 +78,7 @@ static PyObject *warp_affine(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"warp_affine", warp_affine, METH_VARARGS,
      "warp_affine(image, out, width, height, (a, b, c, d, e, f), (r, g, b)): PIL's AFFINE transform of a "
-     "contiguous uint8 3 x height x width image into out (the same size), bilinear, fill outside."},
+     "contiguous uint8 3 x height x width image into out (the same size), bilinear, fill outside, Pillow's values."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_warp", NULL, -1, methods};

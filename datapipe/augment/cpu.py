@@ -175,4 +175,4 @@ def affine_grid_sample(image: Image, matrix: tuple[float, ...], fill) -> Image:
                         align_corners=False)[0]
     inside = ((grid >= -1) & (grid < 1)).all(-1)  # PIL fills a pixel whose centre maps outside [0, size)
     colour = torch.tensor(fill, dtype=torch.float32).view(3, 1, 1)
-    return torch.where(inside, out, colour).round_().clamp_(0, 255).to(torch.uint8)
+    return torch.where(inside, out, colour).clamp_(0, 255).to(torch.uint8)

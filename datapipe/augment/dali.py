@@ -225,4 +225,4 @@ def affine(x, matrix, context):
     warped = fn.warp_affine(x, matrix=matrix, interp_type=types.INTERP_LINEAR)  # no fill_value: clamped
     inside = fn.warp_affine(x[:, :, 0:1] * 0.0 + 1.0, matrix=matrix, fill_value=0.0, interp_type=types.INTERP_NN)
     fill = types.Constant(np.array(context.fill, dtype=np.float32))
-    return dmath.clamp(dmath.floor(fill + (inside > 0.5) * (warped - fill) + 0.5), 0.0, 255.0)
+    return dmath.clamp(dmath.floor(fill + (inside > 0.5) * (warped - fill)), 0.0, 255.0)

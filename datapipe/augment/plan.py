@@ -133,7 +133,8 @@ def _augmix(augment: AutoAugment, size: int, rng: random.Random) -> Mix:
     them), then per chain its depth (1 to 3 at random unless given) and its ops, with replacement
     from AUGMIX_OPS, each applied (prob 1) at a magnitude uniform in 0..m (timm's AugMix default)."""
     gammas = [rng.gammavariate(augment.alpha, 1.0) for _ in range(augment.width)]
-    weights = tuple(_float32(g / sum(gammas)) for g in gammas)
+    total = sum(gammas) or 1.0  # every draw 0 (alpha >= MIN_AUGMIX_ALPHA: p < 1e-15): the image unmixed
+    weights = tuple(_float32(g / total) for g in gammas)
     m = _float32(rng.betavariate(augment.alpha, augment.alpha))
     hparams = Hparams(size, AUGMIX_TRANSLATE_PCT)
     chains = []
@@ -190,10 +191,12 @@ def _rand_choice(augment: AutoAugment, rng: random.Random) -> list[str]:
         return [names[rng.randrange(len(names))] for _ in range(augment.num_ops)]
     left, chosen = list(weights), []
     for _ in range(augment.num_ops):
-        point, k = rng.random() * sum(left), 0
-        while k < len(left) - 1 and (left[k] == 0 or point >= left[k]):
-            point -= left[k]
-            k += 1
+        point, k = rng.random() * sum(left), max(i for i, w in enumerate(left) if w > 0)
+        for i, weight in enumerate(left):  # the first op whose cumulative weight passes the point
+            if weight > 0 and point < weight:
+                k = i
+                break
+            point -= weight
         chosen.append(names[k])
         left[k] = 0.0
     return chosen

@@ -27,6 +27,9 @@ AA_POLICIES = ("rand", "trivialaugment", "ta_wide", "original", "originalr", "v0
 MAX_AUGMENT_OPS = 4  # RandAugment's n at most: a plan row holds 8 op slots (datapipe.augment.plan.MAX_OPS)
 MAX_AUGMIX_WIDTH = 8  # AugMix's chains (timm's default 3): each is a pass over the image and DALI graph slots
 MAX_AUGMIX_DEPTH = 4  # ops per AugMix chain (timm's default: 1 to 3 at random)
+# AugMix's alpha at least: below it a Gamma(alpha) draw underflows to 0 (0.001: half of them), and
+# every chain weight with it (timm's recipes use 1; NumPy's Dirichlet switches methods below 0.1)
+MIN_AUGMIX_ALPHA = 0.05
 # The ranges of the numeric fields (datapipe.checks refuses a value outside, or not finite, in one line):
 # - std: 0..1-scale pixels have a std of at most 0.5 (1: no scaling), so > 1 is a 0..255-scale mistake;
 #   at least 1e-4 so a normalized value, at most 1/std, stays finite in float16 (65504) and is not 0/0.
@@ -103,7 +106,8 @@ def parse_auto_augment(text: str) -> AutoAugment:
         raise ValueError(f"auto_augment={shown(text)}: AugMix takes w within 1..{MAX_AUGMIX_WIDTH} chains and d "
                          f"within 0..{MAX_AUGMIX_DEPTH} ops a chain (0: 1 to 3 at random)")
     if "alpha" in spec:
-        real(f"auto_augment={shown(text)}: a", spec["alpha"], 1e-3, MAX_ALPHA, note=" (the Dirichlet and Beta alpha)")
+        real(f"auto_augment={shown(text)}: a", spec["alpha"], MIN_AUGMIX_ALPHA, MAX_ALPHA,
+             note=" (the Dirichlet and Beta alpha)")
     for key, letter in (("magnitude", "m"), ("magnitude_max", "mmax")):
         if key in spec:
             real(f"auto_augment={shown(text)}: {letter}", spec[key], 0, MAX_MAGNITUDE,

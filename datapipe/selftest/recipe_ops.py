@@ -25,11 +25,11 @@ from .report import Result
 # (measured_differences: 10 fixture photos at 64 px and two textures, over CASES) with a margin. Measured,
 # DALI 2.4 on the CPU:
 # exact (0, 0): invert, posterize, solarize, solarize_add, color, contrast, brightness, sharpness, vflip,
-# grayscale; auto_contrast 0.001 (float32 vs PIL's doubles), rotate 0.0006, shear 0.01, translate_y
-# 0.08 (rounding of .5 results), equalize 0.25 (rebuilt from DALI's OpenCV-style one, <= 1 level), translate_x
-# 0.08 with the compiled warp (datapipe._warp, PIL's fill rule in double precision); 0.28 with 0.4% off by
-# more than 2 levels with torch's grid_sample fallback (float32: the pixel whose centre maps exactly onto
-# the right edge, which PIL and DALI fill, is sampled there); "chain" (two slots) 0.04; hue
+# grayscale; auto_contrast 0.001 (float32 vs PIL's doubles), equalize 0.25 (rebuilt from DALI's
+# OpenCV-style one, <= 1 level); with the compiled warp (datapipe._warp: Pillow's values, truncated as
+# Pillow stores them) rotate 0.0004, shear 0.001-0.004, translate exact; with torch's grid_sample fallback
+# (float32) translate_x 0.24 with 0.4% off by more than 2 levels (the pixel whose centre maps exactly
+# onto the right edge), shear 0.012-0.014, translate_y 0.035; "chain" (two slots) 0.04-0.06; hue
 # 0.0017 with 0.03% off by more than 2 levels (PIL's HSV in float32 arithmetic: a hue byte at a rounding edge).
 KIND_TOLERANCE = {
     "auto_contrast": (0.01, 0.0), "equalize": (0.5, 0.001), "invert": (0.0, 0.0), "rotate": (0.01, 0.001),

@@ -186,3 +186,13 @@ def test_augmix_draws_as_timms_augmix_m5_w4_d2():
     depths = Counter(len(chain) for p in [plan_sample(Recipe(auto_augment="augmix"), 0, 0, i, 100, 120, 90)
                                           for i in range(900)] for chain in p.mix.chains)
     assert set(depths) == {1, 2, 3} and min(depths.values()) > 800  # 1 to 3 uniformly (no identity in the list)
+
+
+def test_augmix_small_alphas_are_refused_or_drawn_without_a_zero_division():
+    from datapipe.augment import Recipe, plan_sample
+
+    with pytest.raises(ValueError, match="a must be"):
+        Recipe(auto_augment="augmix-w1-a0.001")
+    for key in range(2000):
+        mix = plan_sample(Recipe(auto_augment="augmix-w2-a0.05"), 0, 0, key, 32, 40, 30).mix
+        assert abs(sum(mix.weights) - 1) < 1e-6 or sum(mix.weights) == 0
