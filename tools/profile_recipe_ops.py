@@ -42,7 +42,8 @@ import torch.nn.functional as F
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from datapipe.augment import cpu  # noqa: E402
+from datapipe.augment import cpu_kernels as cpu  # noqa: E402
+from datapipe.augment.cpu import apply_ops  # noqa: E402
 from datapipe.augment.batch import BatchStage  # noqa: E402
 from datapipe.augment.batch_plan import plan_mix  # noqa: E402
 from datapipe.augment.ops import KINDS, TABLE  # noqa: E402
@@ -123,7 +124,7 @@ def profile(datas: list[bytes], recipe, plans: int, repeat: int) -> dict:
                 ms.append(clock(TABLE[name].cpu, view, value, fill)[0])
         rows[f"op {name}"] = {**stats(ms), "per_image": freq[name] / plans}
     # apply_ops' own loop on an empty plan (the dispatch beside the kernels)
-    ms = [clock(cpu.apply_ops, v, (), fill=fill)[0] for v in views]
+    ms = [clock(apply_ops, v, (), fill=fill)[0] for v in views]
     rows["apply_ops dispatch (empty plan)"] = {**stats(ms), "per_image": 1.0}
     # normalize: the threads backend's per-sample sample_into, and the dataloader's batch normalize
     norm = Normalizer(torch.device("cpu"), torch.float32, False, mean=recipe.mean, std=recipe.std)

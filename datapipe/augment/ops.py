@@ -18,14 +18,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from .trivial_bins import BINS
 
 Matrix = tuple[float, float, float, float, float, float]
 LEVEL_MAX = 10.0  # timm's _LEVEL_DENOM
 TRIVIAL_BINS = 31
-LEVELS = np.arange(256)
 
 
 @dataclass(frozen=True)
@@ -67,6 +64,18 @@ class Trivial:
 
 
 @dataclass(frozen=True)
+class Jitter:
+    """The kind in torchvision's ColorJitter: the range a strength s draws its factor from uniformly,
+    and how that factor becomes the kind's parameter."""
+
+    bounds: Callable[[float], tuple[float, float]]
+    finish: Callable[[float], float] = float
+
+
+FACTOR_JITTER = Jitter(lambda s: (max(0.0, 1 - s), 1 + s))  # brightness, contrast, saturation
+
+
+@dataclass(frozen=True)
 class Kind:
     """One op kind, everything about it in one place (the module docstring)."""
 
@@ -77,6 +86,7 @@ class Kind:
     affine: Callable[[float, int, int], Matrix] | None = None  # output -> input map on a w x h image
     timm: dict[str, OpSpec] = field(default_factory=dict)
     trivial: Trivial | None = None
+    jitter: Jitter | None = None
 
 
 KINDS: list[str] = []  # names in id order: a plan stores the id
@@ -101,13 +111,13 @@ def kind_of(kind_id: float) -> Kind:
 
 
 def cpu():
-    from . import cpu as helpers
-    return helpers
+    from . import cpu_kernels
+    return cpu_kernels
 
 
 def dali():
-    from . import dali as helpers
-    return helpers
+    from . import dali_kernels
+    return dali_kernels
 
 
 def _named(kind: str, **rules: tuple) -> dict[str, OpSpec]:
@@ -150,23 +160,18 @@ declare(Kind("invert", "-", lambda image, value, fill: 255 - image, lambda x, va
              timm=_named("invert", Invert=())))
 
 
-def _posterize_cpu(image, value, fill):
-    bits = int(value)
-    return image if bits >= 8 else image & (~(2 ** (8 - bits) - 1) & 0xFF)
-
-
 def _posterize_dali(x, value, matrix, ctx):
     dmath = dali().modules()[1]
     step = dmath.pow(2.0, 8.0 - dmath.clamp(dmath.floor(ctx.scalar(value)), 0.0, 8.0))
     return dmath.floor(x / step) * step
 
 
-declare(Kind("posterize", "bits kept, 0..8 (0: black, as timm's level 0 asks)", _posterize_cpu, _posterize_dali,
+declare(Kind("posterize", "bits kept, 0..8 (0: black, as timm's level 0 asks)", lambda image, value, fill: cpu().posterize(image, value), _posterize_dali,
              timm=_named("posterize", Posterize=(_posterize,), PosterizeIncreasing=(lambda m, s: 4 - _posterize(m, s),),
                          PosterizeOriginal=(lambda m, s: _posterize(m, s) + 4,)),
              trivial=Trivial(bins=tuple(8 - round(step / 5) for step in range(TRIVIAL_BINS)))))
 declare(Kind("solarize", "threshold: values >= it are inverted (above 255, timm's level 0: none)",
-             lambda image, value, fill: cpu().lut(image, np.where(LEVELS >= value, 255 - LEVELS, LEVELS)),
+             lambda image, value, fill: cpu().solarize(image, value),
              lambda x, value, matrix, ctx: x + (x >= ctx.scalar(value)) * (255.0 - 2.0 * x),
              timm=_named("solarize", Solarize=(_solarize,), SolarizeIncreasing=(lambda m, s: 256 - _solarize(m, s),)),
              trivial=Trivial(255, 0, finish=math.ceil)))
@@ -178,8 +183,7 @@ def _solarize_add_dali(x, value, matrix, ctx):
 
 
 declare(Kind("solarize_add", "added to values < 128, saturating",
-             lambda image, value, fill: cpu().lut(image, np.where(LEVELS < 128, np.minimum(255, LEVELS + int(value)),
-                                                                  LEVELS)),
+             lambda image, value, fill: cpu().solarize_add(image, value),
              _solarize_add_dali,
              timm=_named("solarize_add", SolarizeAdd=(lambda m, s: min(128, int(m / LEVEL_MAX * 110)),))))  # timm's clamp
 
@@ -188,15 +192,15 @@ declare(Kind("solarize_add", "added to values < 128, saturating",
 declare(Kind("color", "saturation factor (ImageEnhance.Color: blend with the L image)",
              lambda image, value, fill: cpu().color(image, value),
              lambda x, value, matrix, ctx: dali().blend(dali().gray(x), x, ctx.scalar(value)),
-             timm=_enhance_named("Color", "color"), trivial=ENHANCE_TRIVIAL))
+             timm=_enhance_named("Color", "color"), trivial=ENHANCE_TRIVIAL, jitter=FACTOR_JITTER))
 declare(Kind("contrast", "factor (ImageEnhance.Contrast: blend with the L image's mean)",
              lambda image, value, fill: cpu().contrast(image, value),
              lambda x, value, matrix, ctx: dali().blend(dali().gray_mean(x), x, ctx.scalar(value)),
-             timm=_enhance_named("Contrast", "contrast"), trivial=ENHANCE_TRIVIAL))
+             timm=_enhance_named("Contrast", "contrast"), trivial=ENHANCE_TRIVIAL, jitter=FACTOR_JITTER))
 declare(Kind("brightness", "factor (ImageEnhance.Brightness: blend with black)",
              lambda image, value, fill: cpu().brightness(image, value),
              lambda x, value, matrix, ctx: dali().levels(ctx.scalar(value) * x),
-             timm=_enhance_named("Brightness", "brightness"), trivial=ENHANCE_TRIVIAL))
+             timm=_enhance_named("Brightness", "brightness"), trivial=ENHANCE_TRIVIAL, jitter=FACTOR_JITTER))
 declare(Kind("sharpness", "factor (ImageEnhance.Sharpness: blend with PIL's SMOOTH filter, border kept)",
              lambda image, value, fill: cpu().sharpness(image, value),
              lambda x, value, matrix, ctx: dali().sharpness(x, ctx.scalar(value)),
@@ -204,7 +208,8 @@ declare(Kind("sharpness", "factor (ImageEnhance.Sharpness: blend with PIL's SMOO
 
 declare(Kind("hue", "the shift of PIL's 8-bit hue channel, 0..255 (torchvision's adjust_hue: int(factor * 255), wrapped)",
              lambda image, value, fill: cpu().hue(image, int(value)),
-             lambda x, value, matrix, ctx: dali().hue(x, ctx.scalar(value))))
+             lambda x, value, matrix, ctx: dali().hue(x, ctx.scalar(value)),
+             jitter=Jitter(lambda s: (-s, s), lambda factor: float(int(factor * 255) % 256))))
 
 # ---- the geometric ops: PIL's Image.transform(AFFINE) matrices (output pixel -> input point, both in
 # continuous coordinates where pixel i spans [i, i + 1]; DALI's warp_affine, inverse_map=True, agrees)

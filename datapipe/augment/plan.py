@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import random
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..geometry import RATIO, SCALE, Crop, crop_pct_of
@@ -109,23 +110,65 @@ def random_resized_crop(width: int, height: int, rng: random.Random, scale: tupl
 
 
 def _ops(recipe: Recipe | None, size: int, rng: random.Random) -> tuple[tuple[Op, ...], Mix | None, int]:
-    """The pixel ops after the view, drawn right after its draws; AugMix's chains and how many ops
-    come before them."""
+    """The pixel ops after the view, drawn right after its draws, stage by stage (STAGES); AugMix's
+    chains and how many ops come before them."""
     if recipe is None:
         return (), None, 0
     ops: list[Op] = []
-    if recipe.vflip > 0 and rng.random() < recipe.vflip:
-        ops.append((KIND_ID["vflip"], 0.0))
-    augment, mix, mix_at = recipe.augment, None, 0
-    if augment is not None and augment.policy == "augmix":
-        mix, mix_at = _augmix(augment, size, rng), len(ops)
-    elif augment is not None:
-        ops.extend(_auto_augment(augment, size, rng))
-    if recipe.jitter is not None:
-        ops.extend(_jitter(recipe.jitter, rng))
-    if recipe.grayscale_prob > 0 and rng.random() < recipe.grayscale_prob:
-        ops.append((KIND_ID["grayscale"], 0.0))
+    mix, mix_at = None, 0
+    for stage in STAGES:
+        if stage.used(recipe):
+            drawn = stage.draw(recipe, size, rng)
+            if isinstance(drawn, Mix):
+                mix, mix_at = drawn, len(ops)
+            else:
+                ops.extend(drawn)
     return tuple(ops), mix, mix_at if mix else len(ops)
+
+
+Kinds = frozenset[str]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a record's pixel ops, in draw order: whether a recipe uses it, its draws (ops, or
+    AugMix's Mix), and what it can hold (the most ops and their kinds; for AugMix the chains, their
+    depth and kinds): what augment/slots.py builds the DALI graph from, beside the draws."""
+
+    used: Callable[[Recipe], bool]
+    draw: Callable[[Recipe, int, random.Random], "list[Op] | Mix"]
+    bounds: Callable[[Recipe], tuple]
+    mix: bool = False
+
+
+def _flip_draw(kind: str, prob: Callable[[Recipe], float]) -> Callable[[Recipe, int, random.Random], list[Op]]:
+    return lambda recipe, size, rng: [(KIND_ID[kind], 0.0)] if rng.random() < prob(recipe) else []
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage(lambda r: r.vflip > 0, _flip_draw("vflip", lambda r: r.vflip), lambda r: (1, frozenset({"vflip"}))),
+    Stage(lambda r: r.augment is not None and r.augment.policy != "augmix",
+          lambda r, size, rng: _auto_augment(r.augment, size, rng), lambda r: _auto_augment_bounds(r.augment)),
+    Stage(lambda r: r.augment is not None and r.augment.policy == "augmix",
+          lambda r, size, rng: _augmix(r.augment, size, rng),
+          lambda r: (r.augment.width, r.augment.depth or 3, frozenset(TIMM_OPS[name].kind for name in AUGMIX_OPS)),
+          mix=True),
+    Stage(lambda r: r.jitter is not None, lambda r, size, rng: _jitter(r.jitter, rng),
+          lambda r: (sum(s > 0 for s in r.jitter), frozenset(k for k, s in zip(JITTER_KINDS, r.jitter) if s > 0))),
+    Stage(lambda r: r.grayscale_prob > 0, _flip_draw("grayscale", lambda r: r.grayscale_prob),
+          lambda r: (1, frozenset({"grayscale"}))),
+)
+
+
+def _auto_augment_bounds(augment: AutoAugment) -> tuple[int, Kinds]:
+    if augment.policy == "rand":
+        names = RAND_INCREASING_OPS if augment.increasing else RAND_OPS
+        weights = rand_weights(augment.weights) or (1.0,) * len(names)
+        return augment.num_ops, frozenset(TIMM_OPS[name].kind for name, w in zip(names, weights) if w > 0)
+    if augment.policy == "trivialaugment":
+        return 1, frozenset(TRIVIAL_ORDER)
+    policy = POLICIES[augment.policy]
+    return max(len(sub) for sub in policy), frozenset(TIMM_OPS[name].kind for sub in policy for name, *_ in sub)
 
 
 def _augmix(augment: AutoAugment, size: int, rng: random.Random) -> Mix:
@@ -225,11 +268,9 @@ def _jitter(strengths: tuple[float, ...], rng: random.Random) -> list[Op]:
     rng.shuffle(order)
     ops = []
     for k in order:
-        if strengths[k] > 0:
-            if k == 3:  # torchvision's adjust_hue shifts the 8-bit hue channel by int(factor * 255), wrapped
-                ops.append((KIND_ID["hue"], float(int(rng.uniform(-strengths[k], strengths[k]) * 255) % 256)))
-            else:
-                ops.append((KIND_ID[JITTER_KINDS[k]], rng.uniform(max(0.0, 1 - strengths[k]), 1 + strengths[k])))
+        if strengths[k] > 0:  # each kind's range and parameter rule: its `jitter` entry in the op table
+            rule = TABLE[JITTER_KINDS[k]].jitter
+            ops.append((KIND_ID[JITTER_KINDS[k]], float(rule.finish(rng.uniform(*rule.bounds(strengths[k]))))))
     return ops
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ops import KIND_ID, TIMM_OPS
-from .plan import JITTER_KINDS, Mix, Op, SamplePlan
-from .policies import AUGMIX_OPS, POLICIES, RAND_INCREASING_OPS, RAND_OPS, TRIVIAL_ORDER, rand_weights
-from .recipe import AutoAugment, Recipe
+from .ops import KIND_ID
+from .plan import STAGES, Mix, Op, SamplePlan
+from .recipe import Recipe
 
 MAX_OPS = 8  # flat op slots of a row: vflip + up to 4 auto-augment ops or 4 jitter factors + grayscale
 IDENTITY: Op = (KIND_ID["identity"], 0.0)
@@ -33,39 +32,22 @@ class OpBounds:
 
 
 def op_bounds(recipe: Recipe | None) -> OpBounds:
-    """The most ops and the kinds the planner can draw for `recipe`, stage by stage as plan._ops draws
-    them; none for None or the default recipe."""
+    """The most ops and the kinds the planner can draw for `recipe`, read from its stages (plan.STAGES)
+    in draw order; none for None or the default recipe."""
     if recipe is None:
         return OpBounds(0, ("identity",))
-    before: list[tuple[int, set[str]]] = [(1, {"vflip"})] if recipe.vflip > 0 else []
-    after: list[tuple[int, set[str]]] = []
-    augment, chains, depth, mix_kinds = recipe.augment, 0, 0, set()
-    if augment is not None and augment.policy == "augmix":
-        chains, depth = augment.width, augment.depth or 3
-        mix_kinds = {TIMM_OPS[name].kind for name in AUGMIX_OPS}
-    elif augment is not None:
-        before.append(_auto_augment_bounds(augment))
-    if recipe.jitter is not None:
-        drawn = {kind for kind, strength in zip(JITTER_KINDS, recipe.jitter) if strength > 0}
-        before.append((len(drawn), drawn))
-    if recipe.grayscale_prob > 0:
-        (after if chains else before).append((1, {"grayscale"}))
-    stages = before + after
-    kinds = {"identity"} | mix_kinds | set().union(*(k for _, k in stages))
-    mix_at = sum(n for n, _ in before)
-    return OpBounds(mix_at + sum(n for n, _ in after), tuple(sorted(kinds, key=KIND_ID.__getitem__)),
-                    mix_at if chains else mix_at + sum(n for n, _ in after), chains, depth)
-
-
-def _auto_augment_bounds(augment: AutoAugment) -> tuple[int, set[str]]:
-    if augment.policy == "rand":
-        names = RAND_INCREASING_OPS if augment.increasing else RAND_OPS
-        weights = rand_weights(augment.weights) or (1.0,) * len(names)
-        return augment.num_ops, {TIMM_OPS[name].kind for name, w in zip(names, weights) if w > 0}
-    if augment.policy == "trivialaugment":
-        return 1, set(TRIVIAL_ORDER)
-    policy = POLICIES[augment.policy]
-    return max(len(sub) for sub in policy), {TIMM_OPS[name].kind for sub in policy for name, *_ in sub}
+    before = after = chains = depth = 0
+    kinds = {"identity"}
+    for stage in STAGES:
+        if not stage.used(recipe):
+            continue
+        if stage.mix:
+            chains, depth, drawn = stage.bounds(recipe)
+        else:
+            count, drawn = stage.bounds(recipe)
+            before, after = (before, after + count) if chains else (before + count, after)
+        kinds |= drawn
+    return OpBounds(before + after, tuple(sorted(kinds, key=KIND_ID.__getitem__)), before, chains, depth)
 
 
 def placed_ops(plan: SamplePlan, bounds: OpBounds) -> list[Op]:

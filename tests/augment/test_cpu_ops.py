@@ -91,7 +91,7 @@ AFFINE_MEAN_LEVELS, AFFINE_FAR_SHARE = 0.5, 0.01
 @pytest.mark.parametrize("kind,value,reference", AFFINE, ids=[f"{k}{v}" for k, v, _ in AFFINE])
 def test_affine_ops_are_pils(photo, kind, value, reference):
     """The compiled warp (datapipe._warp) gives Pillow's values exactly; the torch fallback, close."""
-    from datapipe.augment import cpu
+    from datapipe.augment import cpu_kernels as cpu
 
     assert cpu._warp is not None, "datapipe._warp was not built (setup.py's optional extension)"
     assert np.array_equal(ours(photo, kind, value), reference(photo))
@@ -99,7 +99,7 @@ def test_affine_ops_are_pils(photo, kind, value, reference):
 
 @pytest.mark.parametrize("kind,value,reference", AFFINE, ids=[f"{k}{v}" for k, v, _ in AFFINE])
 def test_the_torch_fallback_warp_is_near_pil(photo, kind, value, reference, monkeypatch):
-    from datapipe.augment import cpu
+    from datapipe.augment import cpu_kernels as cpu
 
     monkeypatch.setattr(cpu, "_warp", None)
     diff = np.abs(ours(photo, kind, value).astype(int) - reference(photo).astype(int))

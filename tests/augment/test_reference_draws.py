@@ -125,7 +125,7 @@ def test_hue_jitter_shifts_as_torchvisions_adjust_hue():
 def test_the_hue_kernel_is_pils_hsv_shift():
     from PIL import Image
 
-    from datapipe.augment.cpu import hue
+    from datapipe.augment.cpu_kernels import hue
 
     pixels = np.random.default_rng(1).integers(0, 256, (16, 16, 3), dtype=np.uint8)
     h, s, v = Image.fromarray(pixels).convert("HSV").split()
