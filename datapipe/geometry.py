@@ -6,7 +6,7 @@ size x size, mirrored or not. eval: shorter side resized to size / 0.875, centre
 box is in the decoded image's pixels; resizing the box to size x size is the whole transform.
 
 The CPU decode stack (datapipe.transforms) and DALI's source workers share this module, so it imports
-nothing but the standard library: DALI's spawned workers stay free of Pillow, numpy and torch here.
+nothing but the standard library: DALI's spawned workers load no Pillow or torch through it.
 """
 from __future__ import annotations
 

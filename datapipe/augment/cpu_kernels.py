@@ -142,8 +142,9 @@ def hue(image: Image, shift: int) -> Image:
 def affine(image: Image, matrix: tuple[float, ...], fill) -> Image:
     """PIL's Image.transform(AFFINE, (a, b, c, d, e, f)): the output pixel centred at (x, y) takes the
     input at (a x + b y + c, d x + e y + f); pixels from outside the image get `fill`. The compiled
-    warp (datapipe._warp: one pass on the uint8 pixels, double precision, the GIL released) where it
-    was built, else torch's grid_sample (the same rule in float32: a level apart at rounding edges)."""
+    warp (datapipe._warp: Pillow's values exactly, one pass on the uint8 pixels, the GIL released)
+    where it was built, else torch's grid_sample (the same rule in float32: a level apart at the edges
+    of truncation, a border pixel sampled where Pillow fills)."""
     if _warp is not None:
         image = image.contiguous()
         out = torch.empty_like(image)
@@ -154,7 +155,7 @@ def affine(image: Image, matrix: tuple[float, ...], fill) -> Image:
 
 
 def affine_grid_sample(image: Image, matrix: tuple[float, ...], fill) -> Image:
-    """affine() by torch's affine_grid and grid_sample (bilinear, border-clamped), float32."""
+    """affine() by torch's affine_grid and grid_sample (bilinear, border-clamped, float32, truncated)."""
     _, h, w = image.shape
     a, b, c, d, e, f = matrix
     # the same map in grid_sample's coordinates (-1..1 over the pixels' outer edges, align_corners=False)

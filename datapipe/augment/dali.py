@@ -1,17 +1,19 @@
 """Apply a plan's pixel ops inside a DALI graph (the dali backend): each op's DALI kernel from the op
-table (ops.py), and the helpers those kernels share, each following the PIL operation cpu.py follows,
-on HWC DataNodes.
+table (ops.py; their shared operations in dali_kernels.py), on HWC DataNodes.
 
-The source sends each sample's ops row (plan.ops_row: kind id, parameter per slot) and, per slot, the
-2 x 3 affine matrix of a geometric op (`slot_matrices`, computed here in Python, identity otherwise).
-The graph has one chain of slots; in each, a DALI conditional (a binary split on the kind id, as
-DALI's own auto_aug `select`) routes every sample to its kind's applier. Only the kinds and the
-number of slots a recipe can produce are built (`op_bounds`): the default recipe builds none.
-Conditionals need `@pipeline_def(enable_conditionals=True)`.
+The source sends each sample's placed ops (slots.placed_ops, as slots.ops_row: kind id, parameter per
+slot) and, per slot, the 2 x 3 affine matrix of a geometric op (`slot_matrices`, computed in Python,
+identity otherwise); with AugMix, its chains placed the same way, their weights and blend factor. The
+graph has one sequence of slots (AugMix's chains x depth slots and their weighted mix after the first
+bounds.mix_at of them); in each slot, a DALI conditional (a binary split on the kind id, as DALI's own
+auto_aug `select`) routes every sample to its kind's kernel. Only the kinds and slots a recipe can
+produce are built (slots.op_bounds): the default recipe builds none. Conditionals need
+`@pipeline_def(enable_conditionals=True)`.
 
-Against cpu.py on the same input (tests/backends/test_dali_recipes.py measures it): the point ops,
-blends, sharpness, flips and grayscale are exact; the warps differ by rounding;
-equalize is PIL's rebuilt from DALI's OpenCV-style equalize, within one level.
+Against cpu.py on the same input (selftest/recipe_ops.py's tolerances, measured by the tests and by
+`datapipe doctor --gpu` on a GPU): the point ops, blends, sharpness, flips, grayscale and translations
+are exact; rotations and shears differ by float rounding; equalize is PIL's rebuilt from DALI's
+OpenCV-style equalize, within one level.
 """
 from __future__ import annotations
 

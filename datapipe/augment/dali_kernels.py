@@ -108,6 +108,7 @@ def hue(x, shift):
     t = dmath.floor(top * (1.0 - fs * (1.0 - f)) + 0.5)
     sector = sector - 6.0 * (sector >= 6.0)
     cases = [sector == float(k) for k in range(6)]
+
     def pick(*values):
         return sum(case * value for case, value in zip(cases, values))
     grey = s_byte < 0.5

@@ -124,7 +124,7 @@ def _named(kind: str, **rules: tuple) -> dict[str, OpSpec]:
     return {name: OpSpec(kind, *rule) for name, rule in rules.items()}
 
 
-def _scaled(top: float) -> Callable[[float, int], float]:
+def _scaled(top: float) -> Callable[[float, Hparams], float]:
     return lambda m, hp: m / LEVEL_MAX * top
 
 

@@ -11,7 +11,8 @@ a record gets the same augmentation whichever backend, process or machine serves
 Pure: random.Random streams keyed by (seed, epoch, record key); the draw order is fixed (crop, hflip,
 [interpolation], [vflip], auto-augment, [jitter], [grayscale], the transform seed), so the default
 recipe's crops equal the loader's historical ones. The batch stage's draws (erasing, mixing) are
-augment.batch_plan's. Stdlib only, apart from the recipe: DALI's source workers and the CLI import it.
+augment.batch_plan's. The standard library only (the op table and the recipe are too): DALI's source
+workers and the CLI import it without torch, DALI or NumPy.
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ MIX_MODES = ("batch", "elem")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 AA_POLICIES = ("rand", "trivialaugment", "ta_wide", "original", "originalr", "v0", "v0r", "augmix")
-MAX_AUGMENT_OPS = 4  # RandAugment's n at most: a plan row holds 8 op slots (datapipe.augment.plan.MAX_OPS)
+MAX_AUGMENT_OPS = 4  # RandAugment's n at most: a row holds 8 flat op slots (datapipe.augment.slots.MAX_OPS)
 MAX_AUGMIX_WIDTH = 8  # AugMix's chains (timm's default 3): each is a pass over the image and DALI graph slots
 MAX_AUGMIX_DEPTH = 4  # ops per AugMix chain (timm's default: 1 to 3 at random)
 # AugMix's alpha at least: below it a Gamma(alpha) draw underflows to 0 (0.001: half of them), and

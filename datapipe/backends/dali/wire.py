@@ -31,9 +31,10 @@ RECORD = (Column("data", "uint8", None), Column("label", "int64"), Column("index
 VIEW = (Column("roi_anchor", "float32", (2,)), Column("roi_shape", "float32", (2,)), Column("resized", "float32", (2,)),
         Column("window", "float32", (2,)), Column("window_shape", "float32", (2,)), Column("flip", "int32"),
         Column("interpolation", "int32"))
-# the plan's ops (plan.ops_row: kind id, parameter per slot) and each slot's affine matrix
+# the plan's placed ops (slots.placed_ops as slots.ops_row: kind id, parameter per slot) and each slot's
+# affine matrix
 OPS = (Column("ops", "float32", (2 * MAX_OPS,)), Column("matrices", "float32", (MAX_OPS, 2, 3)))
-REPLACED = (Column("replaced", "int64"),)
+REPLACED = (Column("replaced", "int64"),)  # the record a substitute replaced (-1: none)
 
 
 def mix_columns(bounds: OpBounds) -> tuple[Column, ...]:
@@ -42,7 +43,8 @@ def mix_columns(bounds: OpBounds) -> tuple[Column, ...]:
     return (Column("mix_ops", "float32", (2 * max(MAX_OPS, slots),)),
             Column("mix_matrices", "float32", (max(MAX_OPS, slots), 2, 3)),
             Column("mix_weights", "float32", (bounds.chains,)), Column("mix_m", "float32"))
-  # the record a substitute replaced (-1: none)
+
+
 # the served record's extra fields (fields.FieldSpec.to_wire: UTF-8 JSON, zero-padded to the batch's
 # longest, as DALI's PyTorch iterator makes one tensor of a batch) and that JSON's length
 FIELDS = (Column("fields", "uint8", None), Column("fields_len", "int64"))
