@@ -6,15 +6,14 @@ import re
 
 import pytest
 
-from converters import ConvertOptions, convert
 from datapipe.augment import PRESETS
 from datapipe.augment.recipe import PRESET_SIZES
 from datapipe.augment.resolution import ffcv_ramp
 from datapipe.cli import main
 from datapipe.train import Trainer, TrainConfig
 from datapipe.train.checkpoint import load
+from tests.train.conftest import packed_sample
 from tests.train.support import config, strict_json_lines
-from tools.make_sample import make
 
 TINY = ["--model", "resnet18", "--batch-size", "3", "--workers", "1", "--backend", "dataloader"]
 
@@ -22,10 +21,7 @@ TINY = ["--model", "resnet18", "--batch-size", "3", "--workers", "1", "--backend
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """3 classes: 6 train images (2 steps of 3 an epoch), 3 val images."""
-    root = tmp_path_factory.mktemp("tiny")
-    make(root / "images", per_class=2, size=(64, 48), seed=1, extras=False)
-    convert(root / "images", root / "tiny.lmdb", ConvertOptions(workers=1, progress=False))
-    return str(root / "tiny.lmdb")
+    return packed_sample(tmp_path_factory, "tiny", 2)
 
 
 def sizes_served(out):
