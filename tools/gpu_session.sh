@@ -2,8 +2,8 @@
 # A lent GPU machine's checks, as one script with a deadline (docs/gpu.md, "A GPU session"):
 #   1. `datapipe doctor --gpu --json`           -> $OUT/doctor-gpu.json
 #   2. tests/backends/test_gpu.py               -> session.log (the end-to-end doctor test is step 1)
-#   3. `datapipe bench` pipeline + h2d suites   -> $OUT/bench-gpu.json, on tools/make_sample.py's photos
-#   4. `datapipe train` ResNet-50 AMP, a few steps per backend -> $OUT/train-gpu.jsonl
+#   3. `datapipe bench` DALI pipeline + h2d suites  -> $OUT/bench-gpu.json, on tools/make_sample.py's photos
+#   4. `datapipe train` ResNet-50 AMP, a few steps: DALI default and DeiT, prefetch DeiT -> $OUT/train-gpu.log
 # Run from the repository root with datapipe's dependencies importable. Each step gets what is left of
 # DEADLINE seconds (at most its own limit), so one hang cannot eat the others' time.
 set -u
@@ -34,12 +34,12 @@ step test_gpu 240 $PY -m pytest -q -p no:cacheprovider -rA tests/backends/test_g
     --deselect tests/backends/test_gpu.py::test_doctor_gpu_end_to_end_json --basetemp "$WORK/pytest"
 step sample 90 bash -c "$PY tools/make_sample.py --out $WORK/sample --per-class 400 --overwrite --no-extras > /dev/null &&
   $PY -m datapipe convert $WORK/sample $WORK/sample.lmdb --overwrite -q"
-step bench 120 $PY -m datapipe bench "$WORK/sample.lmdb" --suites pipeline,h2d --backends threads,dataloader,prefetch,dali \
+step bench 120 $PY -m datapipe bench "$WORK/sample.lmdb" --suites pipeline,h2d --backends dali \
     --batch-size 128 --image-size 224 --seconds 4 --repeats 3 --json "$OUT/bench-gpu.json"
-for backend in dali prefetch; do
-    step "train_$backend" 75 bash -c "$PY -m datapipe train $WORK/sample.lmdb --model resnet50 --epochs 1 --batch-size 128 \
-      --image-size 224 --backend $backend --max-steps 8 --log-every 2 --out $WORK/train-$backend &&
-      $PY -c 'import json,sys; print(json.dumps({\"backend\": sys.argv[2], \"metrics\": [json.loads(l) for l in open(sys.argv[1])]}))' \
-        $WORK/train-$backend/metrics.jsonl $backend >> $OUT/train-gpu.jsonl"
+for run in "dali default" "dali deit" "prefetch deit"; do
+    set -- $run
+    step "train_$1_$2" 75 bash -c "$PY -m datapipe train $WORK/sample.lmdb --model resnet50 --epochs 1 --batch-size 128 \
+      --image-size 224 --backend $1 --recipe $2 --max-steps 8 --log-every 2 --out $WORK/train-$1-$2 2>&1 |
+      tee -a $OUT/train-gpu.log"   # --max-steps ends mid-epoch: metrics.jsonl holds finished epochs only
 done
 echo "== done in $(( $(date +%s) - start ))s"
