@@ -3,13 +3,26 @@ the PIL operation augment.cpu_kernels follows. The op table (ops.py) calls these
 module imports nothing of the augment package (no import cycle), and DALI only inside its functions."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .pil_rules import L_WEIGHTS, SMOOTH, SMOOTH_SCALE
 
 
+def without_cse() -> None:
+    """Turn DALI's common-subexpression elimination off for this process (unless the user set
+    DALI_ENABLE_CSE): on DALI 2.4's GPU operators it breaks the op slots' conditionals. Two kinds
+    whose kernels share a subexpression (color and contrast: a blend with the same per-sample factor)
+    fail at build with "Graph inconsistency detected - the OpSpec's input 1 "__Split_N[1]" not found";
+    with CSE off all 19 kinds build and match the CPU applier (benchmarks/gpu-h100-session18). Called
+    before DALI is imported or a pipeline built, as the switch is read from the environment."""
+    os.environ.setdefault("DALI_ENABLE_CSE", "0")
+
+
 def modules():
     """(nvidia.dali.fn, nvidia.dali.math, nvidia.dali.types), or an ImportError naming the extra."""
+    without_cse()
     try:
         from nvidia.dali import fn, math as dmath, types
     except ImportError as exc:

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from ...augment.dali_kernels import without_cse
 from ...formats.base import Dataset, DatasetReplaced
 from ...sharding import EpochOrder, ShardOrder, record_of
 from ..bad_samples import BadSample, record_path
@@ -68,6 +69,7 @@ def cuda_initialized() -> bool:
 
 def require_dali():
     """The nvidia.dali module, or an ImportError naming the extra to install."""
+    without_cse()
     try:
         import nvidia.dali
         import nvidia.dali.plugin.pytorch  # noqa: F401
