@@ -15,9 +15,10 @@ __version__ = "0.1.0"
 _LAZY = {"make_loader": ".backends", "Batch": ".backends", "Loader": ".backends", "LoaderOptions": ".backends",
          "batch_type": ".backends",
          "BadSample": ".backends.bad_samples", "TooManyBadSamples": ".backends.bad_samples",
-         "Recipe": ".augment", "PRESETS": ".augment", "SizeRamp": ".augment", "Transform": ".augment.custom"}
+         "Recipe": ".augment", "PRESETS": ".augment", "SizeRamp": ".augment", "Transform": ".augment.custom",
+         "Mix": ".mix", "Source": ".mix"}
 __all__ = ["make_loader", "Batch", "batch_type", "Loader", "LoaderOptions", "BadSample", "TooManyBadSamples", "Recipe",
-           "PRESETS", "SizeRamp", "Transform", "open_dataset",
+           "PRESETS", "SizeRamp", "Transform", "Mix", "Source", "open_dataset",
            "read_manifest", "Sample", "Record", "SplitNotFound", "Manifest", "ClassIndex", "__version__"]
 
 

@@ -81,6 +81,13 @@ def refuse_another_order(state: dict[str, Any], mid_epoch: bool, shuffle: bool) 
                          "version that wrote it")
 
 
+def refuse_mix_state(state: dict[str, Any]) -> None:
+    """A state saved over a Mix counts positions in the mix's epoch, not this dataset's."""
+    if "mix" in state:
+        raise ValueError(f"cannot resume: the state was saved by a loader over a Mix of {state['mix'].get('names')}, "
+                         "this loader reads one dataset; resume with the Mix it was saved with")
+
+
 def record_of(key: int, size: int) -> int:
     """The record an order's key (a record index, or a repeat's key i + k * size) stands for."""
     return key % size
@@ -145,12 +152,15 @@ class EpochOrder:
     def decode(self, value: Any) -> int:
         return min(int(value), self.size)
 
-    def save(self, offset: int) -> dict[str, Any]:
+    keys_are_records = property(lambda self: self.repeats == 1)  # else a key may stand for a record's copy
+
+    def save(self, offset: int, epoch: int = 0) -> dict[str, Any]:
         """The position's part of a loader's state_dict, with the order it counts in."""
         return {"samples_done": int(offset), "order": ORDER}
 
     def restore(self, state: dict[str, Any]) -> int:
         """The position a state_dict saved (states from before positions were global count batches)."""
+        refuse_mix_state(state)
         if "shard_position" in state:
             raise ValueError("cannot resume: the state was saved with sampling='shards', this loader samples "
                              "globally; resume with sampling='shards'")
@@ -308,12 +318,15 @@ class ShardOrder:
     def decode(self, value: Any) -> tuple[Segment, ...]:
         return tuple((int(w), int(c)) for w, c in value)
 
-    def save(self, position: tuple[Segment, ...]) -> dict[str, Any]:
+    keys_are_records = True
+
+    def save(self, position: tuple[Segment, ...], epoch: int = 0) -> dict[str, Any]:
         """The position's part of a loader's state_dict (samples_done, padding included, for reports)."""
         return {"shard_position": self.encode(position), "mix_shards": self.mix_shards,
                 "samples_done": sum(world * consumed for world, consumed in position), "order": ORDER}
 
     def restore(self, state: dict[str, Any]) -> tuple[Segment, ...]:
+        refuse_mix_state(state)
         if "shard_position" not in state:
             if not state.get("samples_done") and not state.get("batches_done"):
                 return ()

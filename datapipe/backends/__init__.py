@@ -16,6 +16,9 @@ from ..formats import open_dataset
 from ..formats.base import Dataset
 from ..resources import local_world_size
 from ..sharding import READ_AHEAD_SHARDS, EpochOrder, Shard, ShardOrder, resolve_shard
+from ..mix import Mix
+from ..mix_dataset import MixDataset
+from ..mix_order import MixOrder, MixState
 from .base import Batch, Loader, batch_type
 from .options import LoaderOptions
 
@@ -79,7 +82,9 @@ def shards_held(options: LoaderOptions, shard_samples: list[int], mix_shards: in
 
 def make_order(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochOrder | ShardOrder:
     """The global permutation, or shard-wise sampling (the default for remote datasets, on request for
-    local shards); a remote dataset's cache must hold what its ranks read at once."""
+    local shards); a remote dataset's cache must hold what its ranks read at once. A mix: its own order."""
+    if isinstance(dataset, MixDataset):
+        return mix_order(dataset, options, shard)
     sampling = options.sampling
     if sampling == "auto":
         sampling = "shards" if dataset.location.remote else "global"
@@ -111,7 +116,22 @@ def make_order(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochO
                       drop_last=options.drop_last, mix_shards=mix)
 
 
-def make_loader(source: str | Path | Dataset, *, split: str = "train", backend: str = "auto",
+def mix_order(dataset: MixDataset, options: LoaderOptions, shard: Shard) -> MixOrder:
+    """A mix's order: global sampling (a remote source's cache must hold its shards: every rank reads
+    from all of them)."""
+    if options.sampling == "shards":
+        raise ValueError("sampling='shards' is not available over a Mix: a mix reads its sources with the global "
+                         "order (sampling='global' or 'auto')")
+    for source in dataset.datasets:
+        if source.location.remote:
+            source.location.cache.require(sum(s["bytes"] for s in source.shard_entries()),
+                                          f"a Mix reads from every shard of {source} all epoch long: its shards")
+    return MixOrder(dataset.mix.epoch_size, options.batch_size, shard, options.seed, shuffle=options.train,
+                    drop_last=options.drop_last, repeats=options.recipe.aug_repeats if options.train else 1,
+                    state=MixState(dataset.mix))
+
+
+def make_loader(source: "str | Path | Dataset | Mix", *, split: str = "train", backend: str = "auto",
                 rank: int | None = None, world_size: int | None = None,
                 options: LoaderOptions | None = None, sha256: str | None = None, **overrides: Any) -> Loader:
     """A loader of Batch(images, labels, indices) over a packed dataset, an image folder, or shards.
@@ -127,7 +147,9 @@ def make_loader(source: str | Path | Dataset, *, split: str = "train", backend: 
     (a list of 1-D ones when lengths differ); datapipe.batch_type(fields) is the batch's class.
     `recipe=`: a datapipe.Recipe or a preset name ("deit", "rsb-a3", "ffcv-rn50", "tv-v2"); Recipe fields
     given as keywords (auto_augment=, re_prob=, mixup_alpha=, ...) change it. `image_size` may be a function of the epoch (datapipe.SizeRamp).
-    dtype=torch.uint8 gives un-normalized images. `source` may be a `.wds` URL (s3://, gs://, az://, https://).
+    dtype=torch.uint8 gives un-normalized images. `source` may be a `.wds` URL (s3://, gs://, az://, https://),
+    or a datapipe.Mix of several datasets (indices then count inside each source; fields=(..., "source") adds
+    each sample's source number, into mix.names).
     rank and world_size default to torch.distributed's when it is initialized. Call set_epoch(e)
     before each epoch. `sha256`: an LMDB or HDF5 file is opened only if it has this digest (see open_dataset).
     """
@@ -148,8 +170,11 @@ def make_loader(source: str | Path | Dataset, *, split: str = "train", backend: 
     options = LoaderOptions(**{**(options.__dict__ if options else {}), **overrides})
     if sha256 is not None and isinstance(source, Dataset):
         raise ValueError("sha256= checks a file before it is opened: pass the dataset's path, not an opened Dataset")
-    dataset = source if isinstance(source, Dataset) else open_dataset(
-        source, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit, sha256=sha256)
+    if isinstance(source, Mix):
+        dataset: Dataset = MixDataset(source)
+    else:
+        dataset = source if isinstance(source, Dataset) else open_dataset(
+            source, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit, sha256=sha256)
     order = make_order(dataset, options, resolve_shard(rank, world_size))
     name, reason = choose_backend(backend, options.torch_device, remote=dataset.location.remote)
     check_transform(options.transform, name, workers=options.workers)

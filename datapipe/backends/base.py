@@ -13,6 +13,7 @@ from ..augment.batch import BatchStage
 from ..augment.recipe import Recipe
 from ..augment.resolution import checked_size, size_schedule
 from ..formats.base import Dataset
+from ..mix_dataset import MixDataset
 from ..sharding import EpochOrder, Shard, ShardOrder
 from ..storage import redact
 from .bad_samples import BadSample, TooManyBadSamples
@@ -86,6 +87,7 @@ class Loader(abc.ABC):
 
     def __init__(self, dataset: Dataset, order: EpochOrder | ShardOrder, options: LoaderOptions, *, reason: str = "") -> None:
         self.dataset = dataset
+        self.mix = dataset.mix if isinstance(dataset, MixDataset) else None
         self.order = order
         self.options = options
         self.reason = reason
@@ -167,7 +169,7 @@ class Loader(abc.ABC):
         epoch, position, done = self.epoch, self.position, self.batches_done
         if self.epoch_served:
             epoch, position, done = self.epoch + 1, self.order.start, 0
-        return {"backend": self.backend, "epoch": epoch, **self.order.save(position),
+        return {"backend": self.backend, "epoch": epoch, **self.order.save(position, epoch),
                 "batches_done": done, "seed": self.options.seed, "size": self.order.size,
                 "shuffle": self.order.shuffle, "batch_size": self.order.batch_size, "rank": self.shard.rank,
                 "world_size": self.shard.world_size, "skipped": len(self.skipped),
@@ -178,7 +180,7 @@ class Loader(abc.ABC):
         """Continue from a state_dict: the next iteration yields exactly the samples not yet handed
         out by any rank, at this loader's world size (which may differ from the saved one)."""
         mine = self.state_dict()
-        for key in ("seed", "size", "shuffle"):
+        for key in ("seed", "shuffle") + (("size",) if self.mix is None else ()):  # a mix checks its own
             if key in state and state[key] != mine[key]:
                 raise ValueError(f"cannot resume: the state was saved with {key}={state[key]!r}, "
                                  f"this loader has {key}={mine[key]!r}")
@@ -212,14 +214,20 @@ class Loader(abc.ABC):
             if self.stage is not None:
                 batch = self._batch_stage(batch, None if keys is None else keys[self._served])
             self._served += 1
+            if self.mix is not None:  # indices inside each source, and which source
+                sources, local = self.dataset.sources_of(batch.indices.numpy())
+                batch = Batch(batch.images, batch.labels, torch.from_numpy(local))
+                if spec is not None and "source" in spec.fields:
+                    columns = {**columns, "source": torch.from_numpy(sources)}
             if spec is not None:
                 batch = spec.batch(*batch, columns, self._field_device)
             yield (batch[0], batch[1]) if pair else batch
 
     def _repeat_keys(self) -> Sequence[np.ndarray] | None:
-        """Under repeated augmentation with erasing, this iteration's batches as the order's keys (a
-        record's copies have keys of their own, so their erasing boxes differ); else None."""
-        if self.stage is None or getattr(self.order, "repeats", 1) == 1 or self.recipe.re_prob == 0:
+        """Under repeated augmentation (or a mix whose source repeats a record in an epoch) with erasing,
+        this iteration's batches as the order's keys (a record's copies have keys of their own, so their
+        erasing boxes differ); else None."""
+        if self.stage is None or self.order.keys_are_records or self.recipe.re_prob == 0:
             return None
         return self.order.batches(self.epoch, self._offset)
 

@@ -24,7 +24,7 @@ import torch
 from ..errors import OwnLineError, first_line, summary
 from ..records import Fields
 
-FIELD_CHOICES = ("image", "label", "text", "meta", "multilabel")
+FIELD_CHOICES = ("image", "label", "text", "meta", "multilabel", "source")
 DEFAULT_FIELDS = ("image", "label")
 # a field beyond image and label -> the records.FIELD_NAMES entry a dataset must carry for it
 STORED = {"text": "text", "meta": "meta", "multilabel": "labels"}
@@ -55,7 +55,8 @@ def batch_class(fields: tuple[str, ...]) -> type:
         cls = namedtuple(name, [f + "s" for f in fields] + ["indices"], module=__name__)
         cls.__doc__ = (f"A batch of fields {fields}: images as Batch's; labels int64 (or soft targets); texts a list "
                        "of str, or token ids (N x L LongTensor, or a list of 1-D ones when lengths differ); metas a "
-                       "list of dict; multilabels N x classes float32 multi-hot; indices int64 record indices (host)")
+                       "list of dict; multilabels N x classes float32 multi-hot; sources int64 (a Mix's source "
+                       "numbers, into mix.names); indices int64 record indices (host; a Mix's: inside their source)")
         globals()[name] = cls
     return cls
 
@@ -200,9 +201,11 @@ def field_spec(fields: tuple[str, ...], tokenizer: Any, dataset, *, recipe, trai
     """The spec for a loader over `dataset`, or a one-line ValueError: a field the dataset does not
     carry, or a recipe whose batch stage acts on a field not asked for."""
     have = ("image", "label") + tuple(f for f, stored in STORED.items() if stored in getattr(dataset, "fields", ()))
+    have += ("source",) if hasattr(dataset, "mix") else ()  # a mix's: which source each sample came from
     missing = [f for f in fields if f not in have]
     if missing:
-        raise ValueError(f"{dataset} carries fields {have}, not {missing[0]!r}: ask for fields from those")
+        why = " ('source' is a Mix's field)" if missing[0] == "source" else ""
+        raise ValueError(f"{dataset} carries fields {have}, not {missing[0]!r}{why}: ask for fields from those")
     if "multilabel" in fields and not dataset.classes:
         raise ValueError(f"field 'multilabel' needs the dataset's classes (multi-hot N x classes); {dataset} has none")
     if train and recipe.soft_targets and "label" not in fields:

@@ -1,0 +1,171 @@
+"""`datapipe.Mix`: several datasets read as one weighted stream (docs/mixing.md).
+
+    mix = datapipe.Mix({"imagenet": "in1k.lmdb", "web": "s3://bucket/web.wds", "ours": "photos/"},
+                       weights={"imagenet": 0.6, "web": 0.3, "ours": 0.1}, epoch_size=1_281_167)
+    loader = datapipe.make_loader(mix, batch_size=256)
+
+An epoch holds exactly round(weight x epoch_size) samples of each source (largest remainder), spread
+evenly through it; each source is an endless stream of its own permutations, so a source drawn less
+than its size goes on next epoch where it stopped, and one drawn more cycles through fresh
+permutations, every record once before any repeats (datapipe.mix_draws). `weights` may be a function
+of the epoch (a curriculum); it must be pure: the draws of epoch e count on the weights of the epochs
+before it. Labels index `mix.classes`: the first source's classes in their order, then each later
+source's new names (the same name is the same class); a source without class names gives -1.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Union
+
+from .augment.recipe import Recipe, resolve_recipe
+from .formats import open_dataset
+from .formats.base import Dataset
+from .mix_draws import apportion
+
+Weights = Union[Mapping[str, float], Callable[[int], Mapping[str, float]], None]
+NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+
+
+@dataclass(frozen=True)
+class Source:
+    """A mix's source that needs more than a path: its own split, or its own per-record recipe (the
+    view and pixel ops; the batch stage, mixup/cutmix and erasing, stays the loader's)."""
+
+    path: Any  # anything make_loader opens (a path, a URL, a shard pattern), or an opened Dataset
+    split: str = "train"
+    recipe: Recipe | str | None = None
+
+
+def _check_names(names: list[str]) -> None:
+    if not names:
+        raise ValueError("Mix needs at least one source: Mix({'name': 'path/to/dataset', ...})")
+    for name in names:
+        if not isinstance(name, str) or not name or not set(name) <= NAME_CHARS:
+            raise ValueError(f"a mix's source name must be a non-empty string of letters, digits, '_', '-' or '.', "
+                             f"got {name!r}")
+
+
+class Mix:
+    """Several sources as one weighted stream: `names`, `classes`, `sizes`, `len(mix)` (samples an
+    epoch), `weights_at(e)` and `counts(e)`. Give it to make_loader (or `datapipe train A B --weights`)."""
+
+    def __init__(self, sources: Mapping[str, Any], *, weights: Weights = None, epoch_size: int | None = None,
+                 split: str = "train", cache_dir: str | Path | None = None, cache_limit: int | None = None) -> None:
+        if not isinstance(sources, Mapping):
+            raise ValueError(f"Mix takes a dict of name -> dataset, e.g. Mix({{'a': 'a.lmdb', 'b': 'b.wds'}}), "
+                             f"got {type(sources).__name__}")
+        self.names = tuple(sources)
+        _check_names(list(self.names))
+        specs = [s if isinstance(s, Source) else Source(s, split) for s in sources.values()]
+        self.datasets: tuple[Dataset, ...] = tuple(
+            s.path if isinstance(s.path, Dataset) else
+            open_dataset(s.path, s.split, cache_dir=cache_dir, cache_limit=cache_limit) for s in specs)
+        self.recipes: tuple[Recipe | None, ...] = tuple(
+            None if s.recipe is None else resolve_recipe(s.recipe) for s in specs)
+        self.sizes = tuple(len(d) for d in self.datasets)
+        empty = [n for n, size in zip(self.names, self.sizes) if size == 0]
+        if empty:
+            raise ValueError(f"source {empty[0]!r} of the mix ({self.datasets[self.names.index(empty[0])]}) has no "
+                             "records: leave it out")
+        self.classes, self.class_maps = merge_classes([d.classes for d in self.datasets])
+        self.epoch_size = sum(self.sizes) if epoch_size is None else _positive_int("epoch_size", epoch_size)
+        self._weights = weights
+        if not callable(weights):
+            self.weights_at(0)  # fixed weights: checked now
+
+    def __len__(self) -> int:
+        """Samples an epoch (all ranks together)."""
+        return self.epoch_size
+
+    def weights_at(self, epoch: int) -> tuple[float, ...]:
+        """The weights of `epoch`, in the order of `names` (checked: non-negative, finite, not all 0)."""
+        if self._weights is None:
+            return tuple(float(n) for n in self.sizes)
+        given = self._weights(epoch) if callable(self._weights) else self._weights
+        return _checked_weights(given, self.names, epoch if callable(self._weights) else None)
+
+    def counts(self, epoch: int) -> tuple[int, ...]:
+        """Samples each source gives in `epoch` (they sum to len(self))."""
+        return _counts(self, epoch)
+
+    def draws_before(self, epoch: int, since: tuple[int, tuple[int, ...]] | None = None) -> tuple[int, ...]:
+        """Per source, the draws of the epochs before `epoch`: from epoch 0, or from `since`
+        (epoch, draws then) that a resumed run carries (its epochs before may have had other weights)."""
+        start, draws = since if since is not None and since[0] <= epoch else (0, (0,) * len(self.names))
+        for e in range(start, epoch):
+            draws = tuple(d + c for d, c in zip(draws, self.counts(e)))
+        return draws
+
+    def table(self, epoch: int = 0) -> list[dict[str, Any]]:
+        """Per source, for `epoch`: its size, weight share, draws, and epochs until it repeats a record
+        (its size over its draws an epoch; inf when it is drawn 0 times)."""
+        weights, counts = self.weights_at(epoch), self.counts(epoch)
+        total = sum(weights)
+        return [{"source": name, "path": str(dataset.path), "records": size, "weight": w / total, "draws": c,
+                 "epochs_per_pass": size / c if c else math.inf}
+                for name, dataset, size, w, c in zip(self.names, self.datasets, self.sizes, weights, counts)]
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """What a resume position depends on: the names, each source's records, the epoch size."""
+        return {"names": list(self.names), "sources": [d.fingerprint or f"{d.path}|{len(d)}" for d in self.datasets],
+                "epoch_size": self.epoch_size}
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{n}={d.path}" for n, d in zip(self.names, self.datasets))
+        return f"Mix({parts}, epoch_size={self.epoch_size})"
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1 (samples an epoch), got {value!r}")
+    return value
+
+
+def _checked_weights(given: Any, names: tuple[str, ...], epoch: int | None) -> tuple[float, ...]:
+    where = "" if epoch is None else f" (the weights function's answer for epoch {epoch})"
+    if not isinstance(given, Mapping):
+        raise ValueError(f"weights must map each source name to a number, e.g. {{{names[0]!r}: 0.7, ...}}{where}, "
+                         f"got {type(given).__name__}")
+    unknown = [k for k in given if k not in names]
+    missing = [n for n in names if n not in given]
+    if unknown or missing:
+        problem = f"no source named {unknown[0]!r}" if unknown else f"no weight for source {missing[0]!r}"
+        raise ValueError(f"weights{where}: {problem}; give one weight per source of {list(names)} (0 skips a source)")
+    out = []
+    for name in names:
+        w = given[name]
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise ValueError(f"weights{where}: source {name!r} has weight {w!r}; a weight is a finite number >= 0")
+        out.append(float(w))
+    if sum(out) <= 0:
+        raise ValueError(f"weights{where} are all 0: at least one source must have a weight above 0")
+    return tuple(out)
+
+
+@lru_cache(maxsize=4096)
+def _apportion_cached(weights: tuple[float, ...], total: int) -> tuple[int, ...]:
+    return apportion(weights, total)
+
+
+def _counts(mix: Mix, epoch: int) -> tuple[int, ...]:
+    return _apportion_cached(mix.weights_at(epoch), mix.epoch_size)
+
+
+def merge_classes(lists: list[list[str]]) -> tuple[list[str], tuple[tuple[int, ...], ...]]:
+    """The mix's class names (the first source's in order, then each later source's new ones) and per
+    source, its label -> the mix's label."""
+    classes: list[str] = []
+    where: dict[str, int] = {}
+    maps = []
+    for names in lists:
+        for name in names:
+            if name not in where:
+                where[name] = len(classes)
+                classes.append(name)
+        maps.append(tuple(where[name] for name in names))
+    return classes, tuple(maps)
