@@ -103,10 +103,8 @@ class MixOrder(EpochOrder):
             "draws_before": dict(zip(mix.names, self.state.draws_before(epoch)))}}
 
     def restore(self, state: dict[str, Any]) -> int:
-        saved = state.get("mix")
-        if saved is None:
-            raise ValueError("cannot resume: the state was saved by a loader over one dataset, this loader reads a "
-                             "Mix; resume with the loader it was saved with")
+        refuse_single_state(state)
+        saved = state["mix"]
         epoch = int(state["epoch"])
         mix = self.state.mix
         done = self.decode(state.get("samples_done", 0))
@@ -116,6 +114,13 @@ class MixOrder(EpochOrder):
         self.state.since = (epoch, tuple(int(carried.get(name, 0)) for name in mix.names))
         state = {k: v for k, v in state.items() if k != "mix"}
         return super().restore(state)
+
+
+def refuse_single_state(state: dict[str, Any]) -> None:
+    """A state saved over one dataset counts positions in that dataset's epoch, not a mix's."""
+    if "mix" not in state:
+        raise ValueError("cannot resume: the state was saved by a loader over one dataset, this loader reads a "
+                         "Mix; resume with the loader it was saved with")
 
 
 def refuse_other_mix(saved: dict[str, Any], mine: dict[str, Any]) -> None:

@@ -14,7 +14,8 @@ from ..augment.recipe import Recipe
 from ..augment.resolution import checked_size, size_schedule
 from ..formats.base import Dataset
 from ..mix_dataset import MixDataset
-from ..sharding import EpochOrder, Shard, ShardOrder
+from ..mix_order import refuse_single_state
+from ..sharding import EpochOrder, Shard, ShardOrder, refuse_mix_state
 from ..storage import redact
 from .bad_samples import BadSample, TooManyBadSamples
 from .fields import DEFAULT_FIELDS, FieldSpec, batch_class, check_fields, field_spec
@@ -179,6 +180,7 @@ class Loader(abc.ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a state_dict: the next iteration yields exactly the samples not yet handed
         out by any rank, at this loader's world size (which may differ from the saved one)."""
+        (refuse_mix_state if self.mix is None else refuse_single_state)(state)  # first: the other kind's keys differ
         mine = self.state_dict()
         for key in ("seed", "shuffle") + (("size",) if self.mix is None else ()):  # a mix checks its own
             if key in state and state[key] != mine[key]:

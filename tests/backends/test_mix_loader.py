@@ -1,0 +1,182 @@
+"""make_loader over a datapipe.Mix of an LMDB, a .wds and a plain folder with their own class names:
+every backend serves the same (source, record) sequence with the right labels, a mid-epoch state
+resumes in another backend at another world size, and the refusals are one line."""
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from converters import ConvertOptions, convert
+from datapipe import Mix, Source, batch_type, make_loader, open_dataset
+
+CLASSES = {"lm": ("cat", "dog"), "wd": ("dog", "zebra"), "fo": ("ant",)}
+COUNTS = {"lm": 12, "wd": 7, "fo": 5}
+WEIGHTS = {"lm": 0.5, "wd": 0.3, "fo": 0.2}  # 30 samples an epoch: fo's 5 records drawn 6 times
+SIZE = 16
+
+
+def _folder(root: Path, name: str) -> Path:
+    rng = np.random.default_rng(len(name))
+    for c, cls in enumerate(CLASSES[name]):
+        (root / "train" / cls).mkdir(parents=True)
+    for i in range(COUNTS[name]):
+        cls = CLASSES[name][i % len(CLASSES[name])]
+        pixels = rng.integers(0, 255, (24, 20, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(root / "train" / cls / f"{name}{i:03d}.jpg", quality=90)
+    return root
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mix")
+    out = {}
+    for name, suffix in (("lm", ".lmdb"), ("wd", ".wds")):
+        convert(_folder(root / f"{name}-images", name), root / f"{name}{suffix}",
+                ConvertOptions(workers=1, progress=False, shard_bytes=64 << 10))
+        out[name] = str(root / f"{name}{suffix}")
+    out["fo"] = str(_folder(root / "fo", "fo") / "train").rsplit("/train", 1)[0]
+    return out
+
+
+def mix_of(sources, weights=WEIGHTS, epoch_size=30):
+    return Mix(dict(sources), weights=weights, epoch_size=epoch_size)
+
+
+def served(loader, **kw):
+    """(source name, record, label) of every sample of one iteration."""
+    names = loader.mix.names
+    return [(names[s], int(i), int(l)) for b in loader for s, i, l in zip(b.sources, b.indices, b.labels)]
+
+
+OPTIONS = dict(batch_size=4, image_size=SIZE, fields=("image", "label", "source"), seed=5)
+RUNS = {"threads": dict(backend="threads"), "dataloader-0": dict(backend="dataloader", num_workers=0),
+        "dataloader-3": dict(backend="dataloader", num_workers=3), "prefetch": dict(backend="prefetch", num_workers=2),
+        "dali": dict(backend="dali", num_workers=2)}
+
+
+@pytest.fixture(scope="module")
+def reference(sources):
+    return served(make_loader(mix_of(sources), backend="threads", **OPTIONS))
+
+
+@pytest.mark.parametrize("run", sorted(RUNS))
+def test_every_backend_serves_the_same_sources_records_and_labels(sources, reference, run, within):
+    if run == "dali":
+        pytest.importorskip("nvidia.dali")
+    got = served(make_loader(mix_of(sources), **RUNS[run], **OPTIONS))
+    assert got == reference
+
+
+def test_counts_labels_and_classes_are_the_mixs(sources, reference):
+    mix = mix_of(sources)
+    assert mix.names == ("lm", "wd", "fo") and mix.classes == ["cat", "dog", "zebra", "ant"]
+    assert collections.Counter(name for name, _, _ in reference) == {"lm": 15, "wd": 9, "fo": 6}
+    for name, record, label in reference:
+        own = open_dataset(sources[name])
+        assert mix.classes[label] == own.classes[own[record].label]  # the same name, the same class
+
+
+def test_default_fields_yield_batch_with_indices_inside_each_source(sources, reference):
+    loader = make_loader(mix_of(sources), backend="threads", batch_size=4, image_size=SIZE, seed=5)
+    batch = next(iter(loader))
+    assert type(batch) is batch_type() and len(batch) == 3
+    assert [int(i) for i in batch.indices] == [r for _, r, _ in reference[:4]]
+
+
+def test_default_weights_serve_each_record_once_an_epoch(sources):
+    loader = make_loader(Mix(dict(sources)), backend="threads", **OPTIONS)
+    got = served(loader)
+    assert len(got) == sum(COUNTS.values()) == len(loader.mix)
+    assert {(n, r) for n, r, _ in got} == {(n, r) for n, c in COUNTS.items() for r in range(c)}
+
+
+def test_a_mid_epoch_state_resumes_in_another_backend_at_another_world_size(sources, reference, within):
+    """Two ranks on threads take 2 batches each; three ranks on the dataloader backend serve the rest:
+    together the uninterrupted run's 30 samples (plus the last world size's padding), none missing."""
+    mix = mix_of(sources)
+    first = []
+    states = []
+    for rank in range(2):
+        loader = make_loader(mix, backend="threads", rank=rank, world_size=2, **OPTIONS)
+        it = iter(loader)
+        for _ in range(2):
+            b = next(it)
+            first += [(mix.names[s], int(i)) for s, i in zip(b.sources, b.indices)]
+        states.append(loader.state_dict())
+    assert states[0]["samples_done"] == states[1]["samples_done"] == 16
+    rest = []
+    for rank in range(3):
+        loader = make_loader(mix_of(sources), backend="dataloader", num_workers=2, rank=rank, world_size=3, **OPTIONS)
+        loader.load_state_dict(states[0])
+        rest += [(mix.names[s], int(i)) for b in loader for s, i in zip(b.sources, b.indices)]
+    got = collections.Counter(first + rest)
+    expected = collections.Counter((n, r) for n, r, _ in reference)
+    assert not expected - got
+    assert sum((got - expected).values()) < 3  # padding of the 3 ranks' last batches
+
+
+def test_a_mid_epoch_resume_under_other_weights_is_refused_in_one_line(sources):
+    loader = make_loader(mix_of(sources), backend="threads", **OPTIONS)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    other = make_loader(mix_of(sources, weights={"lm": 1, "wd": 1, "fo": 1}), backend="threads", **OPTIONS)
+    with pytest.raises(ValueError, match=r"^cannot resume mid-epoch: the state was saved with other weights") as err:
+        other.load_state_dict(state)
+    assert "\n" not in str(err.value)
+    single = make_loader(sources["lm"], backend="threads", batch_size=4, image_size=SIZE)
+    with pytest.raises(ValueError, match="saved by a loader over a Mix"):
+        single.load_state_dict(state)
+
+
+def test_a_source_with_its_own_split_and_recipe(sources):
+    mix = Mix({"lm": Source(sources["lm"], split="train", recipe="deit"), "wd": sources["wd"]})
+    assert mix.recipes[0].name == "deit" and mix.recipes[1] is None
+    with pytest.raises(Exception, match="split 'val'"):
+        Mix({"lm": Source(sources["lm"], split="val")})
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"lm": 1, "wd": 1}, "no weight for source 'fo'"),
+    ({"lm": 1, "wd": 1, "fo": 1, "xx": 1}, "no source named 'xx'"),
+    ({"lm": -1, "wd": 1, "fo": 1}, "source 'lm' has weight -1"),
+    ({"lm": 0, "wd": 0, "fo": 0}, "are all 0"),
+    ({"lm": float("nan"), "wd": 1, "fo": 1}, "has weight nan"),
+])
+def test_bad_weights_are_refused_in_one_line(sources, bad, message):
+    with pytest.raises(ValueError, match=message):
+        mix_of(sources, weights=bad)
+
+
+def test_a_weights_function_is_checked_per_epoch(sources):
+    mix = mix_of(sources, weights=lambda e: WEIGHTS if e == 0 else {"lm": 1})
+    assert mix.counts(0) == (15, 9, 6)
+    with pytest.raises(ValueError, match=r"epoch 1\).*no weight for source 'wd'"):
+        mix.counts(1)
+
+
+def test_source_field_needs_a_mix(sources):
+    with pytest.raises(ValueError, match="'source' is a Mix's field"):
+        make_loader(sources["lm"], backend="threads", fields=("image", "source"))
+
+
+def test_a_zero_weight_skips_a_source_that_epoch(sources):
+    got = served(make_loader(mix_of(sources, weights={"lm": 1, "wd": 0, "fo": 1}), backend="threads", **OPTIONS))
+    assert {n for n, _, _ in got} == {"lm", "fo"}
+
+
+def test_images_are_the_records_views(sources, reference):
+    """The mix serves each record's own pixels: a sample equals the same record served alone (eval view)."""
+    mix = mix_of(sources)
+    loader = make_loader(mix, backend="threads", batch_size=4, image_size=SIZE, train=False, fields=("image", "source"))
+    batch = next(iter(loader))
+    for k in range(4):
+        name = mix.names[int(batch.sources[k])]
+        alone = make_loader(sources[name], backend="threads", batch_size=COUNTS[name], image_size=SIZE, train=False)
+        images = next(iter(alone)).images
+        assert torch.equal(batch.images[k], images[int(batch.indices[k])])
