@@ -15,6 +15,7 @@ source's new names (the same name is the same class); a source without class nam
 from __future__ import annotations
 
 import math
+import pickle
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -76,6 +77,15 @@ class Mix:
         self._weights = weights
         if not callable(weights):
             self.weights_at(0)  # fixed weights: checked now
+
+    def check_picklable(self, where: str) -> None:
+        """A one-line ValueError when a weights function cannot be sent to processes started by spawn."""
+        if callable(self._weights):
+            try:
+                pickle.dumps(self._weights)
+            except Exception as exc:
+                raise ValueError(f"the Mix's weights function {self._weights!r} cannot be pickled for {where}, which "
+                                 f"start by spawn ({type(exc).__name__}): give a module-level function") from None
 
     def __len__(self) -> int:
         """Samples an epoch (all ranks together)."""

@@ -4,8 +4,12 @@ indices of this concatenation; the loader hands out indices inside each source a
 number (`sources_of`)."""
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
+
 import numpy as np
 
+from .augment.plan import fill_color
 from .augment.recipe import Recipe
 from .formats.base import Dataset
 from .mix import Mix
@@ -60,6 +64,13 @@ class MixDataset(Dataset):
         own = self.mix.recipes[self.locate(index)[0]]
         return default if own is None else own
 
+    def with_datasets(self, datasets: tuple[Dataset, ...]) -> "MixDataset":
+        """This concatenation over other handles of the same sources (a decode thread's own: threads.thread_view)."""
+        view = copy.copy(self)
+        view.datasets = tuple(datasets)
+        return view
+
+
     def _label(self, source: int, label: int) -> int:
         """A source's label in the mix's classes; -1 for none, or for a source without class names."""
         table = self._maps[source]
@@ -87,3 +98,25 @@ class MixDataset(Dataset):
 
     def __repr__(self) -> str:
         return f"MixDataset({self.path}, records={len(self)}, epoch_size={self.mix.epoch_size})"
+
+
+def refuse_other_fills(dataset: Dataset, default: Recipe) -> None:
+    """DALI's graph fills uncovered pixels with one colour: a mix's sources' recipes must agree on it."""
+    fills = {fill_color(r) for r in recipes_of(dataset, default)}
+    if len(fills) > 1:
+        raise ValueError(f"the DALI backend fills uncovered pixels with one colour, and this mix's recipes use "
+                         f"{sorted(fills)} (their mean): give the sources recipes with the same mean, or use "
+                         "backend='threads' or 'dataloader'")
+
+
+def recipes_of(dataset: Dataset, default: Recipe) -> tuple[Recipe, ...]:
+    """Every recipe a loader over `dataset` plans with: the loader's, and a mix's sources' own."""
+    own = dataset.mix.recipes if isinstance(dataset, MixDataset) else ()
+    return (default, *(r for r in own if r is not None))
+
+
+def recipe_lookup(dataset: Dataset) -> "Callable[[int, Recipe], Recipe] | None":
+    """(index, the loader's recipe) -> the record's recipe, for a mix with a per-source recipe; else None."""
+    if isinstance(dataset, MixDataset) and any(r is not None for r in dataset.mix.recipes):
+        return dataset.recipe_of
+    return None

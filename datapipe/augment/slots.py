@@ -50,6 +50,19 @@ def op_bounds(recipe: Recipe | None) -> OpBounds:
     return OpBounds(before + after, tuple(sorted(kinds, key=KIND_ID.__getitem__)), before, chains, depth)
 
 
+def merged_bounds(bounds: list[OpBounds]) -> OpBounds:
+    """One graph for several recipes' plans (a mix's sources' own recipes): the most slots, every kind.
+    AugMix's chain slots sit at a fixed place, so recipes with AugMix must agree on it: else a ValueError."""
+    mixes = {(b.mix_at, b.chains, b.depth) for b in bounds if b.chains}
+    if len(mixes) > 1 or (mixes and any(not b.chains and b.slots for b in bounds)):
+        raise ValueError("the DALI backend builds one op graph for all of a mix's recipes, and these place AugMix "
+                         "differently (or beside a recipe without it): give the sources the same AugMix recipe, or "
+                         "use backend='threads' or 'dataloader'")
+    mix_at, chains, depth = mixes.pop() if mixes else (0, 0, 0)
+    kinds = sorted({k for b in bounds for k in b.kinds}, key=KIND_ID.__getitem__)
+    return OpBounds(max(b.slots for b in bounds), tuple(kinds), mix_at, chains, depth)
+
+
 def placed_ops(plan: SamplePlan, bounds: OpBounds) -> list[Op]:
     """The plan's flat ops at their slots (MAX_OPS of them, identity elsewhere): those before AugMix
     from slot 0, those after it from slot bounds.mix_at."""

@@ -10,7 +10,9 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from ..augment.recipe import Recipe
 from ..formats.base import Dataset
+from ..mix_dataset import recipe_lookup
 from ..records import Fields
 from ..sharding import EpochOrder, READ_AHEAD_SHARDS, ShardOrder, record_of
 from ..storage.isolate import forks_nothing
@@ -47,24 +49,27 @@ class DecodedRecords(torch.utils.data.Dataset):
         self.dataset, self.fields = dataset, fields
         self.train, self.seed, self.recipe, self.transform = options.train, options.seed, options.recipe, options.transform
         self.fill = fill_color(options.recipe)
+        self.recipe_of = recipe_lookup(dataset)  # a mix's per-source recipes, else None
         self.skip = options.on_error == "skip"
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def _decode(self, epoch: int, index: int, size: int, key: int) -> tuple[torch.Tensor, int, SamplePlan,
-                                                                          Fields | None]:
+                                                                          Fields | None, Recipe]:
         """Record `index` read, its plan drawn (the one planner call; `key` keys it: the record, or its
-        repeat's key) and decoded to its view: the part a bad record can fail. Its stored fields when asked for."""
+        repeat's key) and decoded to its view: the part a bad record can fail. Its stored fields when
+        asked for, and the recipe it was planned with (a mix's source may have its own)."""
         sample = self.dataset[index] if self.fields is None else self.dataset.record(index)
-        pixels, plan = plan_and_decode(sample.data, self.recipe, self.seed, epoch, key, size, train=self.train)
-        return pixels, sample.label, plan, None if self.fields is None else sample.fields
+        recipe = self.recipe if self.recipe_of is None else self.recipe_of(index, self.recipe)
+        pixels, plan = plan_and_decode(sample.data, recipe, self.seed, epoch, key, size, train=self.train)
+        return pixels, sample.label, plan, None if self.fields is None else sample.fields, recipe
 
-    def _augment(self, pixels: torch.Tensor, plan: SamplePlan) -> torch.Tensor:
+    def _augment(self, pixels: torch.Tensor, plan: SamplePlan, recipe: Recipe) -> torch.Tensor:
         """The planned ops and the user's transform: outside the bad-record policy, so an error here
         (a bug, not bad data) is raised, never served around."""
         if plan.ops or plan.mix:
-            pixels = apply_plan(pixels, plan, fill=self.fill)
+            pixels = apply_plan(pixels, plan, fill=self.fill if recipe is self.recipe else fill_color(recipe))
         if self.transform is not None:
             pixels = apply_transform(self.transform, pixels, plan.transform_seed)
         return pixels
@@ -74,11 +79,11 @@ class DecodedRecords(torch.utils.data.Dataset):
         if ahead:
             self.dataset.read_ahead(list(ahead))
         index = record_of(key, len(self.dataset))
-        (pixels, label, plan, stored), served, bad = serve_or_substitute(
+        (pixels, label, plan, stored, recipe), served, bad = serve_or_substitute(
             lambda i: self._decode(epoch, i, size, key if i == index else i), self.dataset, index, seed=self.seed,
             epoch=epoch, skip=self.skip)
         if self.train:
-            pixels = self._augment(pixels, plan)
+            pixels = self._augment(pixels, plan, recipe)
         if self.fields is None:
             return pixels, label, served, bad
         return pixels, label, served, bad, self.fields.values(stored)  # outside the policy, as _augment
@@ -142,6 +147,8 @@ class ProcessLoader(Loader):
         workers = options.workers
         if workers and options.start_method in ("spawn", "forkserver"):
             check_picklable(options.tokenizer, f"the DataLoader's workers (start_method={options.start_method!r})")
+            if self.mix is not None:
+                self.mix.check_picklable(f"the DataLoader's workers (start_method={options.start_method!r})")
         self.batch_order = EpochBatches(order, read_ahead=READ_AHEAD_SHARDS if dataset.location.remote else 0,
                                         size=options.image_size)
         self.loader = torch.utils.data.DataLoader(

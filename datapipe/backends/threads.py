@@ -25,6 +25,7 @@ import torch
 from PIL import Image
 
 from ..formats.base import Dataset, PerProcess
+from ..mix_dataset import MixDataset
 from ..sharding import EpochOrder, ShardOrder
 from .bad_samples import BadSample
 from .base import Batch, Loader
@@ -42,6 +43,8 @@ def thread_view(dataset: Dataset) -> Dataset:
     """`dataset` sharing its indexes and arrays but with file handles of its own (its PerProcess
     attributes), as a worker process's copy has: one thread's shard-file LRU may close a descriptor
     another thread is reading."""
+    if isinstance(dataset, MixDataset):  # each source's handles
+        return dataset.with_datasets(tuple(thread_view(d) for d in dataset.datasets))
     view = copy.copy(dataset)
     for name, value in list(vars(view).items()):
         if isinstance(value, PerProcess):

@@ -180,3 +180,57 @@ def test_images_are_the_records_views(sources, reference):
         alone = make_loader(sources[name], backend="threads", batch_size=COUNTS[name], image_size=SIZE, train=False)
         images = next(iter(alone)).images
         assert torch.equal(batch.images[k], images[int(batch.indices[k])])
+
+
+PLAIN_DEIT = dict(mixup_alpha=0.0, cutmix_alpha=0.0, re_prob=0.0, label_smoothing=0.0, aug_repeats=1)  # its per-record part only
+
+
+@pytest.mark.parametrize("backend", ["threads", "dataloader"])
+def test_a_sources_own_recipe_gives_its_records_that_recipes_views(sources, backend):
+    """The first source (keys = its record indices) with DeiT's per-record recipe: each of its samples is
+    the view a loader over that source alone with that recipe serves; the other source keeps the loader's."""
+    from datapipe.augment.recipe import resolve_recipe
+
+    deit = resolve_recipe("deit", **PLAIN_DEIT)
+    mix = Mix({"lm": Source(sources["lm"], recipe=deit), "fo": sources["fo"]})
+    common = dict(batch_size=17, image_size=SIZE, dtype=torch.uint8, seed=5)
+    batch = next(iter(make_loader(mix, backend=backend, fields=("image", "source"), num_workers=1, **common)))
+    alone = next(iter(make_loader(sources["lm"], backend="threads", recipe=deit, **{**common, "batch_size": 12})))
+    by_record = {int(i): image for i, image in zip(alone.indices, alone.images)}
+    lm = [k for k in range(17) if int(batch.sources[k]) == 0]
+    assert len(lm) == 12
+    for k in lm:
+        assert torch.equal(batch.images[k], by_record[int(batch.indices[k])])
+    plain = next(iter(make_loader(Mix({"lm": sources["lm"], "fo": sources["fo"]}), backend=backend,
+                                  fields=("image", "source"), num_workers=1, **common)))
+    assert not torch.equal(plain.images[lm[0]], batch.images[lm[0]])
+
+
+def test_dali_applies_a_sources_own_recipe(sources):
+    pytest.importorskip("nvidia.dali")
+    from datapipe.augment.recipe import resolve_recipe
+
+    deit = resolve_recipe("deit", **PLAIN_DEIT)
+    common = dict(batch_size=17, image_size=SIZE, dtype=torch.uint8, seed=5, fields=("image", "source"))
+    mixed = Mix({"lm": Source(sources["lm"], recipe=deit), "fo": sources["fo"]})
+    dali = next(iter(make_loader(mixed, backend="dali", num_workers=1, **common)))
+    cpu = next(iter(make_loader(mixed, backend="threads", **common)))
+    assert torch.equal(dali.indices, cpu.indices) and torch.equal(dali.sources, cpu.sources)
+    diff = (dali.images.float() - cpu.images.float()).abs().mean()
+    assert diff < 1.0, diff  # DALI's ops on its CPU operators, as close as tests/backends/test_dali_recipes.py holds them
+
+
+def test_each_decode_thread_gets_its_own_handles_of_every_source(sources):
+    """threads.thread_view over a mix: each source's per-process handles copied (one thread's shard LRU
+    must not close a file another thread reads), the sources themselves still the same data."""
+    from datapipe.backends.threads import thread_view
+    from datapipe.formats.base import PerProcess
+    from datapipe.mix_dataset import MixDataset
+
+    mixed = MixDataset(mix_of(sources))
+    view = thread_view(mixed)
+    for original, copy in zip(mixed.datasets, view.datasets):
+        handles = [name for name, value in vars(original).items() if isinstance(value, PerProcess)]
+        assert all(getattr(copy, name) is not getattr(original, name) for name in handles)
+    assert any(vars(d).get(n) for d in mixed.datasets for n in vars(d) if isinstance(vars(d)[n], PerProcess))
+    assert view[3] == mixed[3]

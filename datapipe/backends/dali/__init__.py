@@ -24,6 +24,7 @@ import torch
 
 from ...augment.dali_kernels import without_cse
 from ...formats.base import Dataset, DatasetReplaced
+from ...mix_dataset import refuse_other_fills
 from ...sharding import EpochOrder, ShardOrder, record_of
 from ..bad_samples import BadSample, record_path
 from ..base import Batch, Loader
@@ -151,6 +152,10 @@ class DaliLoader(Loader):
         self.device = options.torch_device
         if self.device.type == "cuda" or options.start_method == "spawn":  # the source workers are spawned
             check_picklable(options.tokenizer, "DALI's source workers")
+            if self.mix is not None:
+                self.mix.check_picklable("DALI's source workers")
+        if self.mix is not None and options.train:
+            refuse_other_fills(dataset, options.recipe)
         folder = tempfile.mkdtemp(prefix="datapipe-dali-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
         self._finalizer = weakref.finalize(self, shutil.rmtree, folder, True)
         self.table = EpochTable.create(folder)

@@ -25,9 +25,10 @@ import numpy as np
 from ...augment.dali import INTERP_CODES, slot_matrices
 from ...augment import plan as planner
 from ...augment.plan import SamplePlan
-from ...augment.slots import OpBounds, op_bounds, ops_row, placed_chains, placed_ops
+from ...augment.slots import OpBounds, merged_bounds, op_bounds, ops_row, placed_chains, placed_ops
 from ...augment.recipe import Recipe
 from ...formats.base import Dataset
+from ...mix_dataset import recipe_lookup, recipes_of
 from ...geometry import ViewGeometry, view_of
 from ...headers import BadImageError, image_ext, jpeg_scan_start, png_has_transparency
 from ...layout import image_dims
@@ -165,8 +166,9 @@ class PlannedSource:
     def __init__(self, dataset: Dataset, order: EpochOrder | ShardOrder, table: EpochTable, settings: ViewSettings,
                  fields: FieldSpec | None = None) -> None:
         self.dataset, self.order, self.table, self.settings, self.fields = dataset, order, table, settings, fields
-        bounds = op_bounds(settings.recipe)
+        bounds = merged_bounds([op_bounds(r) for r in recipes_of(dataset, settings.recipe or Recipe())])
         self.bounds = bounds if settings.train and bounds.applies else None  # None: the graph applies no op
+        self.recipe_of = recipe_lookup(dataset)  # a mix's per-source recipes, else None
         self.wire = Wire.of(self.bounds, fields=fields is not None)
         self._maker_pid = os.getpid()  # kept through pickling: a spawned worker compares its own with it
         self._cached: tuple[tuple[int, int], Sequence[np.ndarray]] | None = None
@@ -198,7 +200,8 @@ class PlannedSource:
         if s.check_files:
             check_structure(sample.data)
         width, height = image_dims(sample.data)
-        plan = planner.plan_sample(s.recipe, s.seed, epoch, index if key is None else key, size, width, height,
+        recipe = s.recipe if self.recipe_of is None else self.recipe_of(index, s.recipe or Recipe())
+        plan = planner.plan_sample(recipe, s.seed, epoch, index if key is None else key, size, width, height,
                                    train=s.train)
         data = gpu_decodable(sample.data) if s.gpu_decode else sample.data
         return (np.frombuffer(data, dtype=np.uint8), sample.label, view_columns(view_of(plan, width, height), size),
