@@ -8,6 +8,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 
+from .cli_mix import add_mix_arguments, mix_lines, mix_source
 from .errors import ExpectedError
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
@@ -104,7 +105,12 @@ def _run_convert(args: argparse.Namespace) -> int:
 def _run_info(args: argparse.Namespace) -> int:
     from .inspect import describe, info_lines
 
-    body = describe(args.path)
+    source = mix_source(args.path, args.weights, args.epoch_size)
+    if not isinstance(source, str):  # a mix: its table
+        print(json.dumps({"epoch_size": len(source), "classes": len(source.classes), "sources": source.table(0)},
+                         indent=2) if args.json else "\n".join(mix_lines(source)))
+        return 0
+    body = describe(source)
     print(json.dumps(body, indent=2) if args.json else "\n".join(info_lines(body)))
     return 0
 
@@ -200,7 +206,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     # checkpoint's run settings (what the command line gives wins).
     p = sub.add_parser("train", help="reference AMP/DDP training loop (run under torchrun for several GPUs)",
                        argument_default=argparse.SUPPRESS)
-    p.add_argument("data", help="packed dataset or image folder (train split; val split evaluated if present)")
+    p.add_argument("data", nargs="+", help="packed dataset or image folder (train split; val split evaluated if "
+                                           "present); several (NAME=PATH or a path) with --weights: their mix")
+    add_mix_arguments(p)
     p.add_argument("--model", choices=["resnet18", "resnet34", "resnet50", "resnet101"], help="default: resnet50")
     p.add_argument("--epochs", type=int, help="default: 1")
     p.add_argument("--batch-size", type=int, help="per GPU (per process); default: 256")
@@ -299,7 +307,9 @@ def _run_doctor(args: argparse.Namespace) -> int:
 def _add_preview(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("preview", help="a PNG grid of a few records over a few epochs as training receives them, "
                                        "from each backend side by side (same record, same view)")
-    p.add_argument("data", help="packed dataset, image folder or shards")
+    p.add_argument("data", nargs="+", help="packed dataset, image folder or shards; several (NAME=PATH or a path) "
+                                           "with --weights: their mix (each tile names its source)")
+    add_mix_arguments(p)
     p.add_argument("--recipe", default="default",
                    help="augmentation preset: default, deit, rsb-a3, ffcv-rn50, tv-v2 (default: default)")
     p.add_argument("--out", required=True, metavar="FILE.png", help="where to write the grid")
@@ -324,7 +334,7 @@ def _run_preview(args: argparse.Namespace) -> int:
     if not args.verbose:  # the loaders' own lines (backend chosen, bad records) become the notes below
         quiet.setLevel(logging.ERROR)
     try:
-        shown = preview(args.data, options)
+        shown = preview(mix_source(args.data, args.weights, args.epoch_size, split=args.split), options)
     finally:
         quiet.setLevel(level)
     for note in shown.notes:
@@ -341,9 +351,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_convert(sub)
-    p = sub.add_parser("info", help="describe a packed dataset (or an image folder)")
-    p.add_argument("path")
+    p = sub.add_parser("info", help="describe a packed dataset (or an image folder), or the mix of several")
+    p.add_argument("path", nargs="+", help="a dataset; several (NAME=PATH or a path) with --weights: their mix")
     p.add_argument("--json", action="store_true", help="print the description as JSON")
+    add_mix_arguments(p)
     p.set_defaults(run=_run_info)
     p = sub.add_parser("verify", help="re-read every record and check it against the manifest's checksums")
     p.add_argument("path")

@@ -14,6 +14,7 @@ def run_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .backends.deaths import WorkerDied
+    from .cli_mix import parse_weights
     from .cli_recipe import train_recipe
     from .train import DistEnv, TrainConfig, train
     from .train.checkpoint import run_settings
@@ -24,6 +25,9 @@ def run_train(args: argparse.Namespace) -> int:
     if not env.is_main:
         logging.getLogger().setLevel(logging.WARNING)
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)}
+    given["data"] = args.data[0] if len(args.data) == 1 else list(args.data)
+    if hasattr(args, "weights"):
+        given["weights"] = parse_weights(args.weights, len(args.data))
     if hasattr(args, "no_channels_last"):
         given["channels_last"] = False
     if hasattr(args, "image_size_schedule"):

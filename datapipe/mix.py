@@ -10,7 +10,8 @@ than its size goes on next epoch where it stopped, and one drawn more cycles thr
 permutations, every record once before any repeats (datapipe.mix_draws). `weights` may be a function
 of the epoch (a curriculum); it must be pure: the draws of epoch e count on the weights of the epochs
 before it. Labels index `mix.classes`: the first source's classes in their order, then each later
-source's new names (the same name is the same class); a source without class names gives -1.
+source's new names (the same name is the same class), or the `classes=` given (a val mix labelled as
+its train mix); a source without class names gives -1.
 """
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ class Mix:
     epoch), `weights_at(e)` and `counts(e)`. Give it to make_loader (or `datapipe train A B --weights`)."""
 
     def __init__(self, sources: Mapping[str, Any], *, weights: Weights = None, epoch_size: int | None = None,
-                 split: str = "train", cache_dir: str | Path | None = None, cache_limit: int | None = None) -> None:
+                 split: str = "train", classes: list[str] | None = None, cache_dir: str | Path | None = None,
+                 cache_limit: int | None = None) -> None:
         if not isinstance(sources, Mapping):
             raise ValueError(f"Mix takes a dict of name -> dataset, e.g. Mix({{'a': 'a.lmdb', 'b': 'b.wds'}}), "
                              f"got {type(sources).__name__}")
@@ -72,7 +74,7 @@ class Mix:
         if empty:
             raise ValueError(f"source {empty[0]!r} of the mix ({self.datasets[self.names.index(empty[0])]}) has no "
                              "records: leave it out")
-        self.classes, self.class_maps = merge_classes([d.classes for d in self.datasets])
+        self.classes, self.class_maps = merge_classes([d.classes for d in self.datasets], classes)
         self.epoch_size = sum(self.sizes) if epoch_size is None else _positive_int("epoch_size", epoch_size)
         self._weights = weights
         if not callable(weights):
@@ -166,14 +168,19 @@ def _counts(mix: Mix, epoch: int) -> tuple[int, ...]:
     return _apportion_cached(mix.weights_at(epoch), mix.epoch_size)
 
 
-def merge_classes(lists: list[list[str]]) -> tuple[list[str], tuple[tuple[int, ...], ...]]:
-    """The mix's class names (the first source's in order, then each later source's new ones) and per
-    source, its label -> the mix's label."""
-    classes: list[str] = []
-    where: dict[str, int] = {}
+def merge_classes(lists: list[list[str]], given: list[str] | None = None) -> tuple[list[str],
+                                                                                 tuple[tuple[int, ...], ...]]:
+    """The mix's class names (the first source's in order, then each later source's new ones; or
+    `given`, which must hold them all: a val mix labelled as its train mix) and per source, its
+    label -> the mix's label."""
+    classes: list[str] = list(given or [])
+    where: dict[str, int] = {name: k for k, name in enumerate(classes)}
     maps = []
     for names in lists:
         for name in names:
+            if name not in where and given is not None:
+                raise ValueError(f"a source's class {name!r} is not among the mix's given classes "
+                                 f"({len(given)}: {given[:5]}...); a val split must use the train split's class names")
             if name not in where:
                 where[name] = len(classes)
                 classes.append(name)

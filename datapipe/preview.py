@@ -17,6 +17,7 @@ import torch
 from .augment.recipe import Recipe, resolve_recipe
 from .backends import dali_installed, make_loader
 from .errors import ExpectedError, first_line
+from .mix import Mix
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -134,34 +135,41 @@ def preview(source: Any, options: PreviewOptions | None = None) -> Preview:
 
 def _backend_rows(source: Any, backend: str, options: PreviewOptions, bad: dict[str, str]) -> list[Row]:
     """One loader of `backend`; the first batch of each epoch, captioned."""
+    mixed = isinstance(source, Mix)  # each tile then names its source
     loader = make_loader(source, split=options.split, backend=backend, recipe=options.recipe, dtype=torch.uint8,
                          image_size=options.image_size, batch_size=options.records, seed=options.seed,
-                         num_workers=1, max_bad_fraction=options.max_bad_fraction)
+                         num_workers=1, max_bad_fraction=options.max_bad_fraction,
+                         fields=("image", "label", "source") if mixed else ("image", "label"))
     classes = list(loader.dataset.classes)
     rows = []
     for epoch in range(options.epochs):
         loader.set_epoch(epoch)
         batches = iter(loader)
         try:
-            images, labels, indices = next(batches)
+            batch = next(batches)
         finally:
             batches.close()  # the rest of the epoch is not read
-        rows.append(Row(backend, epoch, images.detach().cpu().contiguous(), indices.tolist(),
-                        captions(labels.detach().cpu(), indices.tolist(), classes)))
+        indices = batch.indices.tolist()
+        names = [source.names[int(s)] for s in batch.sources] if mixed else None
+        rows.append(Row(backend, epoch, batch.images.detach().cpu().contiguous(), indices,
+                        captions(batch.labels.detach().cpu(), indices, classes, names)))
     bad.update({b.path: b.reason for b in loader.skipped})
     return rows
 
 
-def captions(labels: torch.Tensor, indices: list[int], classes: list[str]) -> list[list[str]]:
-    """Per sample: its record index, then its class, or a soft target's top-2 classes with their weights."""
+def captions(labels: torch.Tensor, indices: list[int], classes: list[str],
+             sources: list[str] | None = None) -> list[list[str]]:
+    """Per sample: its record index (a mix's: its source's name and the index inside it), then its
+    class, or a soft target's top-2 classes with their weights."""
     name = lambda k: classes[k] if 0 <= k < len(classes) else str(k)  # noqa: E731
     out = []
     for i, index in enumerate(indices):
+        head = f"#{index}" if sources is None else f"{sources[i]} #{index}"
         if labels.ndim == 1:
-            out.append([f"#{index}", name(int(labels[i]))])
+            out.append([head, name(int(labels[i]))])
             continue
         weights, top = labels[i].float().topk(min(2, labels.shape[1]))
-        out.append([f"#{index}"] + [f"{name(int(k))} {float(w):.2f}" for w, k in zip(weights, top)])
+        out.append([head] + [f"{name(int(k))} {float(w):.2f}" for w, k in zip(weights, top)])
     return out
 
 

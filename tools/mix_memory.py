@@ -91,6 +91,11 @@ def main() -> int:
     for r in rows:
         print(f"{r['kind']:5} {r['records']:>10,} {r['open_bytes'] / 2**20:>8.2f} {r['epoch_bytes'] / 2**20:>9.2f} "
               f"{r['bytes_per_record']:>9.3f}")
+    for kind in ("mix", "one"):
+        mine = [r for r in rows if r["kind"] == kind]
+        if len(mine) > 1:  # what each record more costs: the growth between the smallest and largest sources
+            slope = (mine[-1]["epoch_bytes"] - mine[0]["epoch_bytes"]) / (mine[-1]["records"] - mine[0]["records"])
+            print(f"{kind}: {slope:+.4f} B per additional record ({mine[0]['records']:,} -> {mine[-1]['records']:,})")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0

@@ -45,7 +45,7 @@ class TrainConfig:
     `lr` and `weight_decay` left None take the optimizer's defaults (OPTIMIZERS); `recipe` is a
     datapipe.Recipe or a preset name (datapipe.augment.PRESETS)."""
 
-    data: str
+    data: Any  # a path, or several: their mix (datapipe.Mix, named by cli_mix.source_names) with weights, epoch_size
     out: str
     model: str = "resnet50"
     epochs: int = 1
@@ -84,6 +84,8 @@ class TrainConfig:
     cache_dir: str | None = None  # where a remote dataset's shards are cached
     cache_limit: int | None = None  # bytes the cache may hold
     tensorboard: str = "auto"  # a folder, "auto" (OUT/tensorboard when installed) or "off" (datapipe.train.board)
+    weights: Any = None  # several datasets: each one's weight, in order (None: their sizes)
+    epoch_size: int | None = None  # several datasets: samples an epoch (None: the sum of their sizes)
 
     def __post_init__(self) -> None:
         self._check_numbers()
@@ -106,7 +108,7 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "accum_steps", "log_every"):
             integer(name, getattr(self, name), 1)
         integer("seed", self.seed, 0, MAX_SEED)
-        for name, low in (("save_every", 0), ("max_steps", 1), ("workers", 0)):
+        for name, low in (("save_every", 0), ("max_steps", 1), ("workers", 0), ("epoch_size", 1)):
             if getattr(self, name) is not None:
                 integer(name, getattr(self, name), low)
         if self.lr is not None:

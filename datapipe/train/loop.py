@@ -138,7 +138,8 @@ class Trainer:
                 "scaler": self.scaler.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "loader": self.loader.state_dict(), "epoch": self.epoch, "step": self.step,
                 "sums": asdict(sums), "metrics": self.metrics,
-                "config": {**self.config.record(), "data": redact(self.config.data)},  # no credentials in last.pt
+                "config": {**self.config.record(), "data": redact(self.config.data) if isinstance(self.config.data, str)
+                           else [redact(d) for d in self.config.data]},  # no credentials in last.pt
                 "world_size": self.env.world_size, "nonfinite": self.nonfinite + self.guard.agreed,
                 "skipped_steps": self.skipped + int(self.guard.skipped.item())}
 

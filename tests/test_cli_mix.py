@@ -1,0 +1,71 @@
+"""The command line's mixes: `info A B --weights`, `preview A B --weights` (each tile names its source),
+`train A B --weights --epoch-size` (its loaders: the train mix, the val mix in the train mix's classes)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from datapipe.cli import main
+from datapipe.cli_mix import mix_source, parse_weights, source_names
+
+
+def test_source_names_from_files_or_given_and_unique():
+    assert source_names(["in1k.lmdb", "s3://b/web.wds", "photos/", "x/in1k.lmdb", "mine=data/a.h5"]) == {
+        "in1k.lmdb": "in1k.lmdb", "web.wds": "s3://b/web.wds", "photos": "photos/", "in1k.lmdb-2": "x/in1k.lmdb",
+        "mine": "data/a.h5"}
+
+
+@pytest.mark.parametrize("text, message", [("0.7", "gives 1 weight"), ("a,b", "numbers separated by commas"),
+                                           ("1,-1", ">= 0"), ("1,nan", ">= 0")])
+def test_bad_weights_are_one_line(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_weights(text, 2)
+
+
+def test_info_prints_the_mix_table(packed_lmdb, packed_wds, capsys):
+    assert main(["info", f"in1k={packed_lmdb}", f"web={packed_wds}", "--weights", "0.7,0.3", "--epoch-size", "40"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("mix of 2 sources, 40 samples an epoch")
+    rows = {line.split()[0]: line.split() for line in out[2:4]}
+    assert rows["in1k"][1:4] == ["27", "0.700", "28"] and rows["web"][1:4] == ["27", "0.300", "12"]
+    assert rows["in1k"][4] == "0.96"  # it repeats a record within an epoch
+
+
+def test_info_json_and_one_dataset_as_before(packed_lmdb, packed_wds, capsys):
+    assert main(["info", str(packed_lmdb), str(packed_wds), "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["epoch_size"] == 54 and [s["draws"] for s in body["sources"]] == [27, 27]
+    assert main(["info", str(packed_lmdb)]) == 0
+    assert "mix of" not in capsys.readouterr().out
+
+
+def test_a_weights_count_mismatch_is_one_line(packed_lmdb, packed_wds, capsys):
+    assert main(["info", str(packed_lmdb), str(packed_wds), "--weights", "1"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "gives 1 weight(s) for 2 dataset(s)" in err and "\n" not in err
+
+
+def test_preview_tiles_name_their_source(packed_lmdb, packed_wds):
+    from datapipe.preview import PreviewOptions, preview
+
+    shown = preview(mix_source([f"a={packed_lmdb}", f"b={packed_wds}"], "0.5,0.5", 8),
+                    PreviewOptions(records=8, epochs=1, backends=("threads",)))
+    heads = [caption[0] for caption in shown.rows[0].captions]
+    assert {h.split()[0] for h in heads} == {"a", "b"} and all(" #" in h for h in heads)
+
+
+def test_train_loaders_over_a_mix(packed_lmdb, packed_wds, tmp_path):
+    import torch
+
+    from datapipe.train.config import TrainConfig
+    from datapipe.train.loaders import build_loaders
+
+    config = TrainConfig(data=[str(packed_lmdb), str(packed_wds)], out=str(tmp_path), weights=(3, 1), epoch_size=20,
+                         batch_size=4, image_size=32, workers=0, backend="threads")
+    train, val = build_loaders(config, torch.device("cpu"))
+    assert train.mix.counts(0) == (15, 5) and len(train.mix) == 20
+    assert val.mix is not None and val.mix.classes == train.mix.classes
+    assert len(val.mix) == sum(val.mix.sizes)  # each val record once
+    with pytest.raises(ValueError, match="epoch_size must be"):
+        TrainConfig(data=[str(packed_lmdb)], out=str(tmp_path), epoch_size=0)
