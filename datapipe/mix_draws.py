@@ -23,6 +23,7 @@ from functools import lru_cache
 import numpy as np
 
 from .order import Permutation, derive_key, uniform
+from .shardwise import ShardwisePermutation
 
 MIX_TAG, STREAM_TAG = 3, 4  # derive_key's stream numbers for the mix's halving and its sources' cycles
 
@@ -117,3 +118,50 @@ class SourceStream:
             where = cycle == k
             out[where] = self._permutation(int(k))(at[where])
         return out, cycle
+
+
+class ShardStream(SourceStream):
+    """A sharded source (a remote .wds) as an endless stream that reads shard by shard: cycle k's shards
+    in an order keyed by (seed, name, k), each shard's records permuted (shardwise.ShardwisePermutation),
+    the draws of each block of `mix_shards` consecutive shards interleaved, so the mix reads a few shards
+    of the source at a time (what a node's cache holds), each once a cycle. Unshuffled: the stored order."""
+
+    def __init__(self, shard_sizes: Sequence[int], *, seed: int, name: str, shuffle: bool, mix_shards: int) -> None:
+        sizes = tuple(int(n) for n in shard_sizes)
+        super().__init__(sum(sizes), seed=seed, name=name, shuffle=shuffle)
+        self.shard_sizes, self.mix_shards = sizes, mix_shards
+        self._orders: dict[int, tuple[ShardwisePermutation, np.ndarray]] = {}
+
+    def _order(self, cycle: int) -> tuple[ShardwisePermutation, np.ndarray]:
+        """Cycle `cycle`'s shard-by-shard order and where its blocks of mix_shards shards start."""
+        found = self._orders.get(cycle)
+        if found is None:
+            if len(self._orders) > 2:
+                self._orders.clear()
+            order = ShardwisePermutation(self.shard_sizes, seed=self._key, epoch=cycle, shuffle=self.shuffle)
+            found = self._orders[cycle] = (order, np.r_[order.starts[:-1:self.mix_shards], order.size])
+        return found
+
+    def records(self, draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        draws = np.asarray(draws, dtype=np.int64)
+        cycle, at = np.divmod(draws, self.size)
+        out = np.empty_like(at)
+        for k in np.unique(cycle):
+            where = cycle == k
+            order, blocks = self._order(int(k))
+            positions = at[where]
+            if self.shuffle and self.mix_shards > 1:
+                block = np.searchsorted(blocks, positions, side="right") - 1
+                for b in np.unique(block):
+                    inside = block == b
+                    start, end = int(blocks[b]), int(blocks[b + 1])
+                    mixing = Permutation(end - start, derive_key(self._key, int(k), int(b)))
+                    positions[inside] = start + mixing(positions[inside] - start)
+            out[where] = order.records(positions)
+        return out, cycle
+
+    def shards(self, draws: np.ndarray) -> np.ndarray:
+        """The shard each draw reads (tests and cache sizing)."""
+        records, _ = self.records(draws)
+        first = np.r_[0, np.cumsum(self.shard_sizes)]
+        return np.searchsorted(first, records, side="right") - 1

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .mix import Mix
-from .mix_draws import SourceStream, locate
+from .mix_draws import ShardStream, SourceStream, locate
 from .order import derive_key
 from .sharding import EpochOrder, RankBatch
 
@@ -26,10 +26,14 @@ MIX_ORDER = "mix-1"  # the mix's draws' version, saved with every position
 
 @dataclass
 class MixState:
-    """The mix and what a resumed state carried: (epoch, per-source draws before it), or None."""
+    """The mix, what a resumed state carried ((epoch, per-source draws before it), or None), and per
+    source the shard sizes of one read shard by shard (mix_draws.ShardStream), None for one read with
+    a permutation of its records."""
 
     mix: Mix
     since: tuple[int, tuple[int, ...]] | None = None
+    shard_sizes: tuple[tuple[int, ...] | None, ...] = ()
+    mix_shards: tuple[int, ...] = ()  # per source read shard by shard: its blocks' shards
 
     def draws_before(self, epoch: int) -> tuple[int, ...]:
         return self.mix.draws_before(epoch, self.since)
@@ -44,7 +48,11 @@ class MixKeys:
         self.key = derive_key(seed, epoch) if shuffle else None
         self.starts = np.concatenate([[0], np.cumsum(mix.sizes)]).astype(np.int64)
         self.total = int(self.starts[-1])
-        self.streams = [SourceStream(n, seed=seed, name=name, shuffle=shuffle) for n, name in zip(mix.sizes, mix.names)]
+        sharded = state.shard_sizes or (None,) * len(mix.names)
+        blocks = state.mix_shards or (1,) * len(mix.names)
+        self.streams = [SourceStream(n, seed=seed, name=name, shuffle=shuffle) if shards is None else
+                        ShardStream(shards, seed=seed, name=name, shuffle=shuffle, mix_shards=block)
+                        for n, name, shards, block in zip(mix.sizes, mix.names, sharded, blocks)]
 
     def draws(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(source, the source's draw number since epoch 0) of each position."""
@@ -96,11 +104,16 @@ class MixOrder(EpochOrder):
             value = value["samples"]
         return min(int(value), self.size)
 
+    def _mine(self, epoch: int) -> dict[str, Any]:
+        """What a mid-epoch position depends on beside the samples done."""
+        mix, state = self.state.mix, self.state
+        streams = ["records" if sizes is None else f"shards/{block}" for sizes, block in
+                   zip(state.shard_sizes or (None,) * len(mix.names), state.mix_shards or (1,) * len(mix.names))]
+        return {**mix.fingerprint, "weights": list(mix.weights_at(epoch)), "order": MIX_ORDER, "streams": streams}
+
     def save(self, offset: int, epoch: int = 0) -> dict[str, Any]:
-        mix = self.state.mix
         return {**super().save(offset, epoch), "mix": {
-            **mix.fingerprint, "weights": list(mix.weights_at(epoch)), "order": MIX_ORDER,
-            "draws_before": dict(zip(mix.names, self.state.draws_before(epoch)))}}
+            **self._mine(epoch), "draws_before": dict(zip(self.state.mix.names, self.state.draws_before(epoch)))}}
 
     def restore(self, state: dict[str, Any]) -> int:
         refuse_single_state(state)
@@ -109,7 +122,7 @@ class MixOrder(EpochOrder):
         mix = self.state.mix
         done = self.decode(state.get("samples_done", 0))
         if done > 0:
-            refuse_other_mix(saved, {**mix.fingerprint, "weights": list(mix.weights_at(epoch)), "order": MIX_ORDER})
+            refuse_other_mix(saved, self._mine(epoch))
         carried = saved.get("draws_before", {})
         self.state.since = (epoch, tuple(int(carried.get(name, 0)) for name in mix.names))
         state = {k: v for k, v in state.items() if k != "mix"}
@@ -127,7 +140,8 @@ def refuse_other_mix(saved: dict[str, Any], mine: dict[str, Any]) -> None:
     """A mid-epoch position under another mix (sources, their records, weights, epoch size, draws'
     version) would serve other samples: one line naming the first difference."""
     labels = {"names": "sources", "sources": "source records (a source re-converted or replaced)",
-              "epoch_size": "epoch_size", "weights": "weights", "order": "mix draws' version"}
+              "epoch_size": "epoch_size", "weights": "weights", "order": "mix draws' version",
+              "streams": "ways of reading the sources (sampling, mix_shards)"}
     for key, label in labels.items():
         if key in saved and saved[key] != mine[key]:
             raise ValueError(f"cannot resume mid-epoch: the state was saved with other {label} ({saved[key]!r}, this "

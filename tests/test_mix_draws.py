@@ -83,3 +83,23 @@ def test_a_stream_serves_every_record_once_before_any_twice():
     assert not np.array_equal(other, records[:37])  # keyed by the source's name
     plain, _ = SourceStream(37, seed=5, name="web", shuffle=False).records(np.arange(40))
     assert list(plain) == list(range(37)) + [0, 1, 2]
+
+
+def test_a_sharded_stream_reads_each_record_once_a_cycle_a_few_shards_at_a_time():
+    from datapipe.mix_draws import ShardStream
+
+    sizes = [10] * 40 + [7]
+    stream = ShardStream(sizes, seed=1, name="web", shuffle=True, mix_shards=4)
+    records, cycles = stream.records(np.arange(407 * 3))
+    for k in range(3):
+        assert sorted(records[cycles == k]) == list(range(407))
+    assert not np.array_equal(records[:407], records[407:814])
+    shards = stream.shards(np.arange(407))
+    widest = max(len(set(shards[i:i + 40])) for i in range(407 - 40))
+    assert widest <= 8  # any 40 consecutive draws: within two blocks of 4 shards
+    whole = SourceStream(407, seed=1, name="web", shuffle=True)
+    first = np.r_[0, np.cumsum(sizes)]
+    spread = np.searchsorted(first, whole.records(np.arange(407))[0], side="right") - 1
+    assert max(len(set(spread[i:i + 40])) for i in range(407 - 40)) > widest  # a permutation of records: no locality
+    plain, _ = ShardStream(sizes, seed=1, name="web", shuffle=False, mix_shards=4).records(np.arange(20))
+    assert list(plain) == list(range(20))

@@ -117,18 +117,30 @@ def make_order(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochO
 
 
 def mix_order(dataset: MixDataset, options: LoaderOptions, shard: Shard) -> MixOrder:
-    """A mix's order: global sampling (a remote source's cache must hold its shards: every rank reads
-    from all of them)."""
-    if options.sampling == "shards":
-        raise ValueError("sampling='shards' is not available over a Mix: a mix reads its sources with the global "
-                         "order (sampling='global' or 'auto')")
+    """A mix's order. Each source is a stream of permutations of its records; a remote sharded source
+    (sampling="auto"), or every sharded one (sampling="shards"), is read shard by shard, a few shards
+    at a time (mix_draws.ShardStream), so a node's cache holds a window of it, not all of it."""
+    sizes, blocks, windows = [], [], []
     for source in dataset.datasets:
-        if source.location.remote:
+        shards = getattr(source, "shard_sizes", None)
+        local = options.sampling == "shards" or (options.sampling == "auto" and source.location.remote)
+        sizes.append(tuple(int(n) for n in shards()) if local and shards is not None else None)
+        # datapipe's own shards were shuffled when written: shard by shard is already mixed (as make_order's)
+        blocks.append(options.mix_shards or (1 if source.shuffled_at_write else ShardOrder.mix_shards))
+        if source.location.remote and sizes[-1] is None:
             source.location.cache.require(sum(s["bytes"] for s in source.shard_entries()),
-                                          f"a Mix reads from every shard of {source} all epoch long: its shards")
+                                          f"a Mix reads from every shard of {source} all epoch long (sampling="
+                                          f"{options.sampling!r}): its shards")
+        elif source.location.remote:
+            windows.append((source, blocks[-1]))
+    for source, block in windows:  # the node's ranks read the same window of the stream: two blocks, what's in flight
+        biggest = max(s["bytes"] for s in source.shard_entries())
+        held = 2 * block + shards_held(options, [int(n) for n in source.shard_sizes()], 1)
+        source.location.cache.require(held * biggest, f"a Mix reads {source} shard by shard: about {held} shards at "
+                                                      f"once (2 blocks of {block} and what batches in flight span)")
     return MixOrder(dataset.mix.epoch_size, options.batch_size, shard, options.seed, shuffle=options.train,
                     drop_last=options.drop_last, repeats=options.recipe.aug_repeats if options.train else 1,
-                    state=MixState(dataset.mix))
+                    state=MixState(dataset.mix, shard_sizes=tuple(sizes), mix_shards=tuple(blocks)))
 
 
 def make_loader(source: "str | Path | Dataset | Mix", *, split: str = "train", backend: str = "auto",
