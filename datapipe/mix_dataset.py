@@ -89,6 +89,11 @@ class MixDataset(Dataset):
             fields = Fields(fields.text, fields.meta, tuple(sorted(self._label(source, i) for i in fields.labels)))
         return record._replace(label=self._label(source, record.label), fields=fields)
 
+    def neighbours(self, index: int) -> tuple[int, int]:
+        """A bad record is served around with a record of its own source (the mix's counts hold)."""
+        source, _ = self.locate(index)
+        return int(self.starts[source]), int(self.starts[source + 1] - self.starts[source])
+
     def origin(self, index: int) -> str:
         source, local = self.locate(self._check(index))
         return f"{self.mix.names[source]}:{self.datasets[source].origin(local)}"

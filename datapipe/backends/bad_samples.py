@@ -36,12 +36,13 @@ def record_path(dataset: Dataset, index: int) -> str:
         return f"record {index}"
 
 
-def substitutes(index: int, size: int, *, seed: int, epoch: int) -> Iterator[int]:
-    """Records to serve in place of a bad one, in a fixed order: a batch keeps its size (so ranks
+def substitutes(index: int, size: int, *, seed: int, epoch: int, start: int = 0) -> Iterator[int]:
+    """Records to serve in place of a bad one, in a fixed order, from records start..start + size - 1
+    (a mix's: the bad record's own source, so the mix's counts hold): a batch keeps its size (so ranks
     keep equal batch counts and resume positions stay exact) and the choice is reproducible."""
     rng = np.random.default_rng([seed, epoch, index, 7])
     for _ in range(SUBSTITUTE_TRIES):
-        candidate = int(rng.integers(size))
+        candidate = start + int(rng.integers(size))
         if candidate != index:
             yield candidate
 
@@ -62,7 +63,8 @@ def serve_or_substitute(prepare: Callable[[int], T], dataset: Dataset, index: in
         if not skip:
             raise RuntimeError(f"cannot read or decode record {index} ({path}): {type(exc).__name__}: {exc}") from exc
         reason = f"{type(exc).__name__}: {exc}"
-    for other in substitutes(index, len(dataset), seed=seed, epoch=epoch):
+    start, size = dataset.neighbours(index)
+    for other in substitutes(index, size, seed=seed, epoch=epoch, start=start):
         try:
             return prepare(other), other, BadSample(index, path, reason, other)
         except StoreError:  # the store failed (DatasetReplaced among them): not a record to serve around

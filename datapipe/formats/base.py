@@ -127,6 +127,10 @@ class Dataset(abc.ABC):
     def read_ahead(self, shards: list[int]) -> None:
         """A hint: these shards (by number) are read next. Remote sharded datasets start fetching them."""
 
+    def neighbours(self, index: int) -> tuple[int, int]:
+        """(first, count) of the records that may stand in for a bad record `index`: all of them."""
+        return 0, len(self)
+
     def origin(self, index: int) -> str:
         """Where record `index` came from (its original relative path), for messages."""
         return self.record(index).path

@@ -234,3 +234,20 @@ def test_each_decode_thread_gets_its_own_handles_of_every_source(sources):
         assert all(getattr(copy, name) is not getattr(original, name) for name in handles)
     assert any(vars(d).get(n) for d in mixed.datasets for n in vars(d) if isinstance(vars(d)[n], PerProcess))
     assert view[3] == mixed[3]
+
+
+@pytest.mark.parametrize("backend", ["threads", "dali"])
+def test_a_bad_record_is_served_around_within_its_own_source(imagefolder, packed_lmdb, backend):
+    """The fixture folder's corrupt files: each is replaced by a record of the folder itself, so every
+    epoch still holds each source's exact count."""
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
+    mix = Mix({"folder": str(imagefolder), "lmdb": str(packed_lmdb)}, weights={"folder": 1, "lmdb": 1}, epoch_size=40)
+    loader = make_loader(mix, backend=backend, batch_size=8, image_size=SIZE, fields=("image", "source"),
+                         max_bad_fraction=1.0, num_workers=1)
+    got = collections.Counter(mix.names[int(s)] for b in loader for s in b.sources)
+    assert got == {"folder": 20, "lmdb": 20}
+    assert loader.skipped
+    folder_records = mix.sizes[0]
+    for bad in loader.skipped:
+        assert bad.index < folder_records and bad.substitute < folder_records, bad
