@@ -137,3 +137,11 @@ def upload_folder(folder: Path, url: str) -> None:
     files = sorted(p for p in Path(folder).iterdir() if p.is_file())
     for p in sorted(files, key=lambda p: p.name == "manifest.json"):
         store.upload(p.name, p)
+
+
+@pytest.fixture
+def s3_wds(s3, packed_wds):
+    """The fixture .wds uploaded to moto's S3 (its URL)."""
+    url = s3.bucket("data") + "/fixture.wds"
+    upload_folder(packed_wds, url)
+    return url

@@ -6,17 +6,8 @@ import pytest
 
 from datapipe import Mix, make_loader, open_dataset
 
-from tests.storage.conftest import upload_folder
-
 OPTIONS = dict(batch_size=4, image_size=16, fields=("image", "label", "source"), seed=2, backend="dataloader",
                num_workers=2)
-
-
-@pytest.fixture
-def s3_wds(s3, packed_wds):
-    url = s3.bucket("data") + "/fixture.wds"
-    upload_folder(packed_wds, url)
-    return url
 
 
 def served(loader):
