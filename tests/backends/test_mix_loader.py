@@ -251,3 +251,17 @@ def test_a_bad_record_is_served_around_within_its_own_source(imagefolder, packed
     folder_records = mix.sizes[0]
     for bad in loader.skipped:
         assert bad.index < folder_records and bad.substitute < folder_records, bad
+
+
+def test_a_weights_function_that_cannot_travel_to_spawned_workers_is_one_line(sources):
+    mix = mix_of(sources, weights=lambda epoch: WEIGHTS)
+    with pytest.raises(ValueError, match="weights function .* cannot be pickled for the DataLoader's workers"):
+        make_loader(mix, backend="dataloader", num_workers=1, start_method="spawn", **OPTIONS)
+
+
+def test_progressive_resizing_over_a_mix(sources):
+    loader = make_loader(mix_of(sources), backend="threads", **{**OPTIONS, "image_size": lambda e: 16 + 8 * e})
+    sizes = []
+    for _ in range(2):
+        sizes.append(next(iter(loader)).images.shape[-1])
+    assert sizes == [16, 24]
