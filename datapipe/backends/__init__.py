@@ -23,7 +23,7 @@ from .base import Batch, Loader, batch_type
 from .options import LoaderOptions
 
 log = logging.getLogger("datapipe")
-BACKENDS = ("auto", "dataloader", "threads", "prefetch", "dali")
+BACKENDS = ("auto", "dataloader", "threads", "prefetch", "dali", "ray")
 
 
 def dali_installed() -> bool:
@@ -58,6 +58,9 @@ def _loader_class(name: str) -> type[Loader]:
     if name == "prefetch":
         from .prefetch import PrefetchLoader
         return PrefetchLoader
+    if name == "ray":
+        from .ray import RayLoader
+        return RayLoader
     from .dataloader import ProcessLoader
     return ProcessLoader
 

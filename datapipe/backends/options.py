@@ -54,6 +54,12 @@ class LoaderOptions:
     batch_format: str = "batch"  # one of BATCH_FORMATS
     fields: tuple[str, ...] = DEFAULT_FIELDS  # what a batch carries (datapipe.backends.fields): ("image", "text")...
     tokenizer: Any = None  # caption -> token ids, run where samples are decoded; needs "text" in fields
+    # backend="ray" (datapipe.backends.ray): actors in the pool (None: num_workers's value), the Ray
+    # resources each asks for besides one CPU ({"datapipe": 1}: nodes started with that resource), and
+    # whether a pool that cannot run any more falls back to decoding here (one warning) or raises
+    pool_workers: int | None = None
+    pool_resources: Any = None  # a mapping name -> amount; kept as sorted (name, amount) pairs
+    pool_fallback: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fields", check_fields(self.fields))
@@ -80,6 +86,29 @@ class LoaderOptions:
         if self.start_method is not None and self.start_method not in START_METHODS:
             raise ValueError(f"start_method must be one of {START_METHODS} or None, got {self.start_method!r}")
         self._check_numbers()  # after dtype: the batch's bytes need its size
+        self._check_pool()
+
+    def _check_pool(self) -> None:
+        """pool_workers an int in [1, MAX_WORKERS] or None; pool_resources a mapping of names to
+        positive amounts (or None); pool_fallback a bool."""
+        if self.pool_workers is not None:
+            object.__setattr__(self, "pool_workers", integer("pool_workers", self.pool_workers, 1, MAX_WORKERS,
+                                                             note="; None: num_workers's value"))
+        if not isinstance(self.pool_fallback, bool):
+            raise ValueError(f"pool_fallback must be True or False, got {shown(self.pool_fallback)}")
+        if self.pool_resources is None:
+            return
+        items = self.pool_resources.items() if isinstance(self.pool_resources, dict) else self.pool_resources
+        try:
+            pairs = tuple(sorted((name, amount) for name, amount in items))
+        except (TypeError, ValueError):
+            pairs = None
+        if pairs is None or not all(isinstance(n, str) and n and n not in ("CPU", "GPU") for n, _ in pairs):
+            raise ValueError(f"pool_resources must map Ray custom resource names (not CPU or GPU: each actor takes "
+                             f"one CPU) to amounts, e.g. {{'datapipe': 1}}; got {shown(self.pool_resources)}")
+        for name, amount in pairs:
+            real(f"pool_resources[{name!r}]", amount, 0, low_open=True)
+        object.__setattr__(self, "pool_resources", pairs)
 
     def _check_numbers(self) -> None:
         """Every numeric option of the right type (a bool is not a number), finite, within its range
@@ -112,6 +141,11 @@ class LoaderOptions:
     def workers(self) -> int:
         """num_workers, or this rank's share of the node's CPUs (datapipe.resources)."""
         return cpus_per_rank() if self.num_workers is None else self.num_workers
+
+    @property
+    def pool_workers_resolved(self) -> int:
+        """The Ray pool's actors: pool_workers, else num_workers's value (at least 1)."""
+        return self.pool_workers if self.pool_workers is not None else max(1, self.workers)
 
     @property
     def torch_device(self) -> torch.device:

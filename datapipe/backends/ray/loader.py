@@ -1,0 +1,160 @@
+"""RayLoader: this rank leases its own batches to the pool, a bounded window at a time
+(prefetch_factor x actors), and receives them in order; ranks share nothing in the data path. A batch
+is a pure function of (dataset, seed, epoch, position, recipe), so a lease lost with its actor or node
+is issued again to another actor and comes back the same. When no actor can run any more, the rest is
+decoded here (one warning), or the epoch stops with PoolUnavailable when pool_fallback=False.
+Normalization and the batch stage (mixup/cutmix/erasing) stay in this process, as the threads
+backend's non-fused path has them; state_dict() is the base Loader's, so a run resumes in any backend."""
+from __future__ import annotations
+
+import logging
+import warnings
+import weakref
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from ...errors import ExpectedError
+from ...formats.base import Dataset
+from ...sharding import READ_AHEAD_SHARDS, EpochOrder, ShardOrder
+from ..base import Batch, Loader
+from ..dataloader import KEEP_BATCHES, DecodedRecords, EpochBatches, Item, collate
+from ..normalize import Normalizer
+from ..options import LoaderOptions
+from ..threads import thread_view
+from . import session
+from .pool import ActorPool, Member
+
+log = logging.getLogger(__name__)
+POLL_S = 0.5  # how often a wait for a batch checks that its actor still runs
+
+
+class PoolUnavailable(ExpectedError, RuntimeError):
+    """No actor of the Ray pool can run (pool_fallback=False)."""
+
+
+class PoolFallback(RuntimeWarning):
+    """The Ray pool could not run: batches are decoded in the trainer process."""
+
+
+class Lease:
+    """One batch leased to the pool: its items, the member computing it and the answer (None: decoded here)."""
+
+    def __init__(self, items: list[Item]) -> None:
+        self.items, self.member, self.ref = items, None, None
+
+
+def _close(pool: ActorPool | None, ray: Any, owned: bool) -> None:
+    if pool is not None and ray.is_initialized():
+        pool.close()
+    session.shutdown(ray, owned)
+
+
+class RayLoader(Loader):
+    backend = "ray"
+
+    def __init__(self, dataset: Dataset, order: EpochOrder | ShardOrder, options: LoaderOptions, *, reason: str = "") -> None:
+        super().__init__(dataset, order, options, reason=reason)
+        self.device = options.torch_device
+        self.batch_order = EpochBatches(order, read_ahead=READ_AHEAD_SHARDS if dataset.location.remote else 0,
+                                        size=options.image_size)
+        self.normalize = Normalizer(self.device, options.dtype, options.channels_last, keep=KEEP_BATCHES,
+                                    mean=options.recipe.mean, std=options.recipe.std)
+        self._local: DecodedRecords | None = None
+        self.fell_back = False  # the one warning was given
+        self.ray, owned = session.connect()
+        self._finalizer = weakref.finalize(self, _close, None, self.ray, owned)  # Ray stopped even if the pool fails
+        self.pool = ActorPool(self.ray, dataset, options, self.field_spec)
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _close, self.pool, self.ray, owned)
+
+    def close(self) -> None:
+        """Stop the pool's actors, and the Ray this loader started (also when the loader is collected)."""
+        self._finalizer()
+
+    @property
+    def window(self) -> int:
+        return self.options.prefetch_factor * max(1, len(self.pool.members))
+
+    def _iterate(self, epoch: int, offset: int) -> Iterator[Batch | tuple[Batch, dict]]:
+        self.batch_order.epoch, self.batch_order.offset, self.batch_order.size = epoch, offset, self.image_size_at(epoch)
+        batches = iter(self.batch_order)
+        self.pool.refill()  # capacity lost in an earlier epoch may be back
+        leases: deque[Lease] = deque()
+        try:
+            while True:
+                while len(leases) < self.window and (items := next(batches, None)) is not None:
+                    leases.append(Lease(items))
+                    self._issue(leases[-1], leases)
+                if not leases:
+                    return
+                yield self._hand_over(self._receive(leases))
+        finally:
+            self.normalize.release()
+
+    def _issue(self, lease: Lease, leases: deque[Lease]) -> None:
+        """Lease `lease` to the least busy member; with none left, decode it here (the fallback)."""
+        member = self.pool.least_busy()
+        if member is None:
+            self._fall_back(leases)
+            return
+        lease.member, lease.ref = member, member.handle.batch.remote(lease.items)
+        member.in_flight += 1
+
+    def _receive(self, leases: deque[Lease]) -> tuple:
+        """The first lease's host batch, in order; its member lost meanwhile: issued again elsewhere."""
+        ray, lease = self.ray, leases[0]
+        while lease.ref is not None:
+            done, _ = ray.wait([lease.ref], timeout=POLL_S)
+            if not done:
+                for member in self.pool.check():  # dead or unplaceable: its leases go elsewhere
+                    self._reissue(member, leases)
+                continue
+            try:
+                host = ray.get(lease.ref)
+            except ray.exceptions.RayTaskError as exc:  # the actor's code raised (on_error="raise", a bug)
+                raise (exc.cause if isinstance(exc.cause, BaseException) else exc) from None
+            except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.ObjectLostError,
+                    ray.exceptions.NodeDiedError) as exc:
+                member = lease.member
+                self.pool.lost(member, exc)
+                self._reissue(member, leases)
+                continue
+            lease.member.in_flight -= 1
+            leases.popleft()
+            return host
+        leases.popleft()
+        return collate([self._records()[item] for item in lease.items], self.field_spec)
+
+    def _reissue(self, member: Member, leases: deque[Lease]) -> None:
+        for lease in leases:
+            if lease.member is member and lease.ref is not None:
+                lease.member, lease.ref = None, None
+                self.pool.reissued += 1
+                self._issue(lease, leases)
+
+    def _fall_back(self, leases: deque[Lease]) -> None:
+        """No actor can run: every lease still out is decoded here (one warning), or PoolUnavailable."""
+        why = self.pool.last_error or "no actor of the pool is left"
+        if not self.options.pool_fallback:
+            raise PoolUnavailable(f"backend='ray': no pool actor can run ({why}); pool_fallback=False: stopping "
+                                  "(give pool_fallback=True to decode here instead, or add nodes with the resources)")
+        if not self.fell_back:
+            self.fell_back = True
+            warnings.warn(f"backend='ray': no pool actor can run ({why}); decoding the batches in this process "
+                          "instead (the same batches, at this process's speed)", PoolFallback, stacklevel=2)
+        for lease in leases:
+            if lease.member is not None:
+                lease.member.in_flight -= 1
+            lease.member, lease.ref = None, None
+
+    def _records(self) -> DecodedRecords:
+        if self._local is None:
+            self._local = DecodedRecords(thread_view(self.dataset), self.options, self.field_spec)
+        return self._local
+
+    def _hand_over(self, host: tuple) -> Batch | tuple[Batch, dict]:
+        images, labels, indices, bad, *columns = host
+        self.count_bad(bad)
+        batch = self.normalize.batch(images, labels, indices)
+        return batch if self.field_spec is None else (batch, columns[0])
