@@ -29,7 +29,7 @@ class Member:
 class ActorPool:
     def __init__(self, ray: Any, dataset: Dataset, options: LoaderOptions, fields: FieldSpec | None) -> None:
         self.ray, self.size = ray, options.pool_workers_resolved
-        self.needs = {"CPU": 1.0, **{k: float(v) for k, v in (options.pool_resources or {}).items()}}
+        self.needs = {"CPU": 1.0, **{k: float(v) for k, v in (options.pool_resources or ())}}
         self.actor = ray.remote(BatchActor).options(num_cpus=1, resources=dict(options.pool_resources or {}),
                                                     max_restarts=0, max_task_retries=0)
         self.args = (ray.put(dataset), options, fields)

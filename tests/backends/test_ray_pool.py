@@ -1,0 +1,195 @@
+"""backend="ray" on a small Ray cluster on loopback (ray.cluster_utils.Cluster: a head without CPUs
+and two 2-CPU nodes offering the "datapipe" resource, one cluster for the module): the threads
+backend's batches bit for bit (default recipe, DeiT, a Mix), a pool actor killed and a node removed
+mid-epoch with the epoch still exact, a mid-epoch state resumed in the threads backend, the fallback
+(one warning) and pool_fallback=False's one line; and, in a process of its own, a loader that started
+its own Ray leaves no Ray process behind."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+ray = pytest.importorskip("ray")
+
+from datapipe import make_loader  # noqa: E402
+from datapipe.backends.ray import PoolUnavailable  # noqa: E402
+from datapipe.backends.ray.loader import PoolFallback  # noqa: E402
+from tests.backends.test_mix_loader import OPTIONS as MIX_OPTIONS, mix_of, sources  # noqa: E402,F401
+
+ROOT = Path(__file__).resolve().parents[2]
+POOL = dict(pool_workers=2, pool_resources={"datapipe": 1})
+TINY = dict(batch_size=4, image_size=32, num_workers=1, seed=7)
+NODE = dict(num_cpus=2, resources={"datapipe": 2}, node_ip_address="127.0.0.1", object_store_memory=80 << 20)
+
+
+@pytest.fixture(scope="module")
+def cluster(ray_home):
+    """Head (no CPUs: the driver's node) + two pool nodes, all on 127.0.0.1; the driver connected."""
+    from ray._private import ray_constants
+    from ray.cluster_utils import Cluster
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HOME", str(ray_home))  # Ray's auth token goes under ~/.ray (tests/conftest.py)
+        env.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # for Ray's own processes
+        env.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)  # read at import: loopback, not the host's address
+        system = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500, "health_check_failure_threshold": 3}
+        c = Cluster(initialize_head=True, head_node_args=dict(num_cpus=0, node_ip_address="127.0.0.1",
+                                                              include_dashboard=False, temp_dir=str(ray_home / "c"),
+                                                              object_store_memory=80 << 20, _system_config=system))
+        nodes = [c.add_node(**NODE) for _ in range(2)]
+        ray.init(address=c.address, logging_level="WARNING", log_to_driver=False)
+        try:
+            yield c, nodes
+        finally:
+            ray.shutdown()
+            c.shutdown()
+
+
+def batches(loader, stop=None):
+    out = []
+    for k, b in enumerate(loader):
+        out.append(b)
+        if stop is not None and k + 1 == stop:
+            break
+    return out
+
+
+def same(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert type(g) is type(w)
+        for x, y in zip(g, w):
+            assert torch.equal(x, y)
+
+
+def test_a_loader_that_started_its_own_ray_leaves_no_ray_process(tmp_path):
+    temp = Path(os.path.realpath("/tmp")) / f"rp{os.getpid()}"  # short: Ray's socket paths
+    temp.mkdir()
+    script = textwrap.dedent(f"""
+        import gc, ray, torch
+        from datapipe import make_loader
+        loader = make_loader({str(ROOT / 'fixtures' / 'imagefolder')!r}, backend="ray", pool_workers=1,
+                             max_bad_fraction=0.5, **{TINY!r})
+        assert ray.is_initialized()
+        n = sum(len(b.indices) for b in loader)
+        del loader
+        gc.collect()
+        print("served", n, "initialized", ray.is_initialized())
+    """)
+    env = {**os.environ, "HOME": str(temp), "TMPDIR": str(temp), "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    try:
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "served 31 initialized False" in out.stdout
+        left = [p for p in psutil.process_iter(["cmdline"]) if str(temp) in " ".join(p.info["cmdline"] or [])]
+        assert left == []
+    finally:
+        subprocess.run(["rm", "-rf", str(temp)])
+
+
+@pytest.mark.parametrize("recipe", ["default", "deit"])
+def test_the_threads_backends_batches_bit_for_bit(cluster, packed_lmdb, recipe, within):
+    kw = dict(TINY, recipe=recipe, dtype=torch.uint8)
+    loader = make_loader(packed_lmdb, backend="ray", **POOL, **kw)
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        threads = make_loader(packed_lmdb, backend="threads", **kw)
+        threads.set_epoch(epoch)
+        same(batches(loader), batches(threads))
+    assert loader.pool.reissued == 0 and not loader.fell_back
+
+
+def test_a_mix_bit_for_bit_with_its_sources_and_normalized(cluster, sources, within):  # noqa: F811
+    got = batches(make_loader(mix_of(sources), backend="ray", **POOL, **MIX_OPTIONS))
+    same(got, batches(make_loader(mix_of(sources), backend="threads", **MIX_OPTIONS)))
+    assert got[0].images.dtype == torch.float32
+
+
+def test_a_mid_epoch_state_resumes_in_the_threads_backend(cluster, packed_lmdb, within):
+    kw = dict(TINY, recipe="deit")
+    loader = make_loader(packed_lmdb, backend="ray", **POOL, **kw)
+    batches(loader, stop=3)
+    state = loader.state_dict()
+    assert state["backend"] == "ray" and state["batches_done"] == 3
+    threads = make_loader(packed_lmdb, backend="threads", **kw)
+    threads.load_state_dict(state)
+    same(batches(threads), batches(make_loader(packed_lmdb, backend="threads", **kw))[3:])
+
+
+def test_an_actor_killed_mid_epoch_its_batches_issued_again(cluster, packed_lmdb, within):
+    loader = make_loader(packed_lmdb, backend="ray", **POOL, **TINY)
+    got = []
+    for k, b in enumerate(loader):
+        got.append(b)
+        if k == 0:
+            ray.kill(loader.pool.members[0].handle, no_restart=True)
+    same(got, batches(make_loader(packed_lmdb, backend="threads", **TINY)))
+    assert loader.pool.reissued > 0 and loader.pool.replaced > 0 and not loader.fell_back
+
+
+def test_a_node_removed_mid_epoch_the_epoch_still_exact(cluster, packed_lmdb, within):
+    c, nodes = cluster
+    kw = dict(TINY, image_size=112)  # a batch over 100 KB: kept in its node's object store, lost with it
+    loader = make_loader(packed_lmdb, backend="ray", **POOL, **kw)
+    ray.get([m.ready for m in loader.pool.members])
+    where = ray.get(loader.pool.members[0].ready)
+    node = next(n for n in nodes if n.node_id == where)
+    got = []
+    for k, b in enumerate(loader):
+        got.append(b)
+        if k == 0:
+            c.remove_node(node, allow_graceful=False)
+            nodes.remove(node)
+    same(got, batches(make_loader(packed_lmdb, backend="threads", **kw)))
+    assert loader.pool.reissued > 0 and loader.pool.replaced > 0 and not loader.fell_back
+    assert all(ray.get(m.ready) != where for m in loader.pool.members)
+
+
+def test_no_node_with_the_resources_falls_back_with_one_warning(cluster, packed_lmdb, within):
+    kw = dict(TINY, pool_workers=2, pool_resources={"absent": 1})
+    with pytest.warns(PoolFallback) as caught:
+        loader = make_loader(packed_lmdb, backend="ray", **kw)
+        got = batches(loader) + batches(loader)
+    assert len([w for w in caught if w.category is PoolFallback]) == 1
+    threads = make_loader(packed_lmdb, backend="threads", **TINY)
+    same(got, batches(threads) + batches(threads))
+
+
+def test_pool_fallback_false_raises_one_line(cluster, packed_lmdb, within):
+    loader = make_loader(packed_lmdb, backend="ray", pool_fallback=False, **dict(TINY, pool_resources={"absent": 1}))
+    with pytest.raises(PoolUnavailable, match=r"^backend='ray': no pool actor can run") as err:
+        batches(loader)
+    assert "\n" not in str(err.value)
+
+
+def test_the_last_pool_node_removed_mid_epoch_falls_back_exactly(cluster, packed_lmdb, within):
+    c, nodes = cluster
+    loader = make_loader(packed_lmdb, backend="ray", **POOL, **TINY)
+    got = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k, b in enumerate(loader):
+            got.append(b)
+            if k == 0:
+                for node in list(nodes):
+                    c.remove_node(node, allow_graceful=False)
+                    nodes.remove(node)
+    same(got, batches(make_loader(packed_lmdb, backend="threads", **TINY)))
+    assert loader.fell_back and len([w for w in caught if w.category is PoolFallback]) == 1
+
+
+def test_pool_options_are_checked_in_one_line():
+    for bad in (dict(pool_workers=0), dict(pool_resources={"CPU": 1}), dict(pool_resources={"x": -1}),
+                dict(pool_fallback="no")):
+        with pytest.raises(ValueError, match=r"^pool_") as err:
+            make_loader(ROOT / "fixtures" / "imagefolder", backend="ray", **bad)
+        assert "\n" not in str(err.value)
