@@ -62,6 +62,7 @@ class RayLoader(Loader):
                                     mean=options.recipe.mean, std=options.recipe.std)
         self._local: DecodedRecords | None = None
         self.fell_back = False  # the one warning was given
+        self.local_batches = 0  # batches decoded in this process (the fallback)
         self.ray, owned = session.connect()
         self._finalizer = weakref.finalize(self, _close, None, self.ray, owned)  # Ray stopped even if the pool fails
         self.pool = ActorPool(self.ray, dataset, options, self.field_spec)
@@ -124,6 +125,7 @@ class RayLoader(Loader):
             leases.popleft()
             return host
         leases.popleft()
+        self.local_batches += 1
         return collate([self._records()[item] for item in lease.items], self.field_spec)
 
     def _reissue(self, member: Member, leases: deque[Lease]) -> None:
