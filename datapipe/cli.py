@@ -232,7 +232,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                         "size an epoch (the last continues); instead of --image-size")
     p.add_argument("--eval-size", type=int, metavar="N", help="val size (FixRes: larger than train); default: the "
                    "recipe's with its train sizes (ffcv-rn50 256, rsb-a3 and tv-v2 224), else the last train size")
-    p.add_argument("--backend", choices=["auto", "threads", "dataloader", "prefetch", "dali"], help="default: auto")
+    p.add_argument("--backend", choices=["auto", "threads", "dataloader", "prefetch", "dali", "ray"],
+                   help="default: auto; ray: a pool of Ray actors decodes (the Ray at RAY_ADDRESS, else a local one; "
+                        "docs/pool.md)")
     p.add_argument("--amp", choices=["bf16", "fp16", "off"], help="default: bf16 where the GPU supports it, else off")
     p.add_argument("--accum-steps", type=int, help="gradient accumulation steps; default: 1")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
@@ -263,8 +265,13 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_train(args: argparse.Namespace) -> int:
+    import os
+
     from .cli_train import run_train
 
+    if args.backend == "ray" and os.environ.get("RAY_ADDRESS"):  # the product reads no environment: the CLI does
+        from .backends.ray.session import import_ray
+        import_ray().init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
     return run_train(args)
 
 
