@@ -81,6 +81,8 @@ class RayLoader(Loader):
         self.batch_order.epoch, self.batch_order.offset, self.batch_order.size = epoch, offset, self.image_size_at(epoch)
         batches = iter(self.batch_order)
         self.pool.refill()  # capacity lost in an earlier epoch may be back
+        for member in self.pool.members:  # leases of an iteration broken off are not waited for
+            member.in_flight = 0
         leases: deque[Lease] = deque()
         try:
             while True:

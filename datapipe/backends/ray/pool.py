@@ -72,6 +72,9 @@ class ActorPool:
                     gone.append(self._give_up(m, exc))
             elif time.monotonic() - m.started > START_S or not self.placeable():
                 gone.append(self._give_up(m, None))
+        if self.members and len(self.members) < self.size and self.budget > 0 and self.placeable():
+            self.budget -= 1  # capacity is back (a node joined): the pool refills mid-epoch
+            self.members.append(self._start())
         return gone
 
     def lost(self, member: Member, exc: BaseException) -> None:
