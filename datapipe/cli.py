@@ -269,7 +269,7 @@ def _run_train(args: argparse.Namespace) -> int:
 
     from .cli_train import run_train
 
-    if args.backend == "ray" and os.environ.get("RAY_ADDRESS"):  # the product reads no environment: the CLI does
+    if getattr(args, "backend", None) == "ray" and os.environ.get("RAY_ADDRESS"):  # unset options are absent  # the product reads no environment: the CLI does
         from .backends.ray.session import import_ray
         import_ray().init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
     return run_train(args)
