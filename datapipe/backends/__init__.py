@@ -183,6 +183,7 @@ def make_loader(source: "str | Path | Dataset | Mix", *, split: str = "train", b
     if sha256 is not None and isinstance(source, Dataset):
         raise ValueError("sha256= checks a file before it is opened: pass the dataset's path, not an opened Dataset")
     if isinstance(source, Mix):
+        source.refuse_other_opening(options.cache_dir, options.cache_limit, sha256)
         dataset: Dataset = MixDataset(source)
     else:
         dataset = source if isinstance(source, Dataset) else open_dataset(
