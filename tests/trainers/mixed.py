@@ -14,6 +14,7 @@ import math
 from collections import Counter
 
 import datapipe
+from tests.trainers.served import MID_STEP, STEPS_PER_EPOCH
 
 WEIGHTS = {"lm": 2.0, "wd": 1.0}
 EPOCH_SIZE = 27
@@ -44,7 +45,7 @@ def logged(record: dict) -> list[Sample]:
     return list(zip(record["sources"], record["indices"], record["labels"], record["sample_pixels"]))
 
 
-def uninterrupted(mix: datapipe.Mix, *, epochs: int, image_size: int) -> list[list[Sample]]:
+def sequence_of(mix: datapipe.Mix, *, epochs: int, image_size: int) -> list[list[Sample]]:
     """Per epoch, the mix's samples in the order of its global positions: one loader on one rank,
     never resumed, with the trainer scripts' options."""
     loader = datapipe.make_loader(mix, split="train", batch_size=4, train=True, image_size=image_size,
@@ -85,3 +86,32 @@ def check_served(served: list[Sample], expected: list[Sample], padding: int) -> 
     got, want = Counter(served), Counter(expected)
     assert not want - got, f"never served: {sorted(want - got)}"
     assert sum((got - want).values()) == padding, f"served twice: {sorted(got - want)}"
+
+
+def epoch_samples(records: list[dict], epoch: int) -> list[Sample]:
+    return [s for r in records if r.get("epoch") == epoch and "indices" in r for s in logged(r)]
+
+
+def check_resumed(sequence: list[list[Sample]], before: dict[int, list[dict]], after: dict[int, list[dict]]) -> None:
+    """`before`: per rank, what a run at world size 2 served until it was saved and stopped at step
+    MID_STEP (epoch 1 after 2 of its 4 batches); `after`: per rank, what its resumption served at
+    world size len(after). Each rank's samples are the uninterrupted sequence's at its positions,
+    and each epoch's, all ranks together, are the sequence's, none lost, none twice but the padding."""
+    done = (MID_STEP - STEPS_PER_EPOCH) * 4 * 2  # the global position saved: 2 batches of 4 on 2 ranks
+    served: dict[int, list[Sample]] = {e: [] for e in range(len(sequence))}
+    for rank, records in before.items():
+        for epoch, reads in ((0, positions(rank, 2)), (1, positions(rank, 2)[:done // 2])):
+            got = epoch_samples(records, epoch)
+            assert got == [sequence[epoch][p] for p in reads], (rank, epoch)
+            served[epoch] += got
+    world = len(after)
+    for rank, records in after.items():
+        for epoch, start in ((1, done), *((e, 0) for e in range(2, len(sequence)))):
+            got = epoch_samples(records, epoch)
+            assert got == [sequence[epoch][p] for p in positions(rank, world, start)], (rank, epoch, world)
+            served[epoch] += got
+    padding = {0: 2 * math.ceil(EPOCH_SIZE / 2) - EPOCH_SIZE,
+               1: world * math.ceil((EPOCH_SIZE - done) / world) - (EPOCH_SIZE - done),
+               **{e: world * math.ceil(EPOCH_SIZE / world) - EPOCH_SIZE for e in range(2, len(sequence))}}
+    for epoch, samples in served.items():
+        check_served(samples, sequence[epoch], padding[epoch])
