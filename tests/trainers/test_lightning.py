@@ -66,7 +66,7 @@ def test_a_mix_checkpointed_mid_epoch_on_2_ranks_resumes_on_1_with_each_sample_o
     batches) and Lightning checkpoints there; Trainer.fit(ckpt_path=...) on 1 device (in this process)
     trains the rest. Sample by sample, (source, record, label, crop) is the mix's uninterrupted
     sequence at the positions each rank reads at its world size, and each epoch's samples are all
-    the mix's, none twice (world size 1 pads nothing)."""
+    the mix's, none twice but the padding."""
     spec = mix_spec(packed_lmdb, packed_wds)
     first = lightning(spec, tmp_path / "first", "--strategy", "ddp", "--save-step", str(MID_STEP),
                       "--max-steps", str(MID_STEP))
@@ -75,11 +75,11 @@ def test_a_mix_checkpointed_mid_epoch_on_2_ranks_resumes_on_1_with_each_sample_o
     main([spec, str(tmp_path / "rest"), "--strategy", "auto", "--devices", "1", "--resume",
           str(tmp_path / "first" / "mid.ckpt")])
     rest = read_ranks(tmp_path / "rest", 1)[0]
-    for records in first.values():
-        assert [r["step"] for r in steps(records)] == list(range(MID_STEP))
-    assert [r["step"] for r in steps(rest)] == list(range(MID_STEP, MID_STEP + 3 + 7))  # 11 samples, then 27
-    assert [r for r in rest if "epoch_start" in r] == [{"epoch_start": 2, "total": 7, "len": 7, "world": 1}]
     mix = data_of(spec)
     sequence = sequence_of(mix, epochs=3, image_size=16)
     check_sequence(mix, sequence)
     check_resumed(sequence, first, {0: rest})
+    for records in first.values():
+        assert [r["step"] for r in steps(records)] == list(range(MID_STEP))
+    assert [r["step"] for r in steps(rest)] == list(range(MID_STEP, MID_STEP + 3 + 7))  # 11 samples, then 27
+    assert [r for r in rest if "epoch_start" in r] == [{"epoch_start": 2, "total": 7, "len": 7, "world": 1}]
