@@ -34,7 +34,7 @@ def describe(path: str | Path) -> dict[str, Any]:
             "arguments": manifest.arguments, "errors": manifest.errors, "splits": {}}
     for name, info in manifest.splits.items():
         body["splits"][name] = {"samples": info.samples, "bytes": info.bytes, "digest": info.digest,
-                                "skipped": info.skipped, "shards": len(info.shards), "fields": list(info.fields)}
+                                "skipped": info.skipped, "shards": info.shard_count, "fields": list(info.fields)}
     return body
 
 
