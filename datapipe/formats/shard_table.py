@@ -29,7 +29,8 @@ import re
 import struct
 import threading
 from collections import OrderedDict
-from typing import Any, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -255,8 +256,10 @@ class ShardTable(ShardList):
     """A split's shards from its table (manifest version 3): a process reads the head when it first
     uses the table (the opening one at once), then the blocks it needs. Pickled: the manifest's entry."""
 
-    def __init__(self, location: Location, split: str, entry: dict[str, Any], *, records: int) -> None:
+    def __init__(self, location: Location, split: str, entry: dict[str, Any], *, records: int,
+                 replaced: Callable[[], None] | None = None) -> None:
         self.location, self.split, self.described, self.records = location, split, dict(entry), int(records)
+        self.replaced = replaced  # raises DatasetReplaced where the dataset was (formats.base.Identity.check)
         self.name, self.count = entry["name"], int(entry["shards"])
         self.total_bytes, self.largest = int(entry["shard_bytes"]), int(entry["largest_shard"])
         self.layout = Layout(self.count)
@@ -270,6 +273,8 @@ class ShardTable(ShardList):
         return {**self.__dict__, "_pid": None, "_held": None}
 
     def damaged(self, why: str) -> ShardTableDamaged:
+        if self.replaced is not None:  # a local dataset re-converted in place says so, in its own words
+            self.replaced()
         return ShardTableDamaged(f"{self.location.describe(self.name)}: {why}; the shard table is damaged or the "
                                  "dataset was replaced since its manifest was read: re-convert it, or reopen it")
 
@@ -314,8 +319,10 @@ class ShardTable(ShardList):
             raise self.damaged("its sha256 differs from the manifest's")
 
 
-def shard_list(location: Location, split: str, info: SplitInfo) -> ShardList:
-    """The split's shards: its table (manifest version 3), else the manifest's list."""
+def shard_list(location: Location, split: str, info: SplitInfo,
+               replaced: Callable[[], None] | None = None) -> ShardList:
+    """The split's shards: its table (manifest version 3), else the manifest's list. `replaced`:
+    raises where the dataset was replaced since it was opened (checked before a table is called damaged)."""
     if info.table:
-        return ShardTable(location, split, info.table, records=info.samples)
+        return ShardTable(location, split, info.table, records=info.samples, replaced=replaced)
     return ListedShards(info.shards)

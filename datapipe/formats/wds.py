@@ -75,7 +75,8 @@ class WdsDataset(Dataset):
             self.identity = Identity.take(path, Path(path) / MANIFEST_NAME, manifest, read_manifest)
         self.fingerprint = manifest.content_digest(split)
         self.fields = tuple(info.fields)
-        self.shards: ShardList = shard_list(self.location, split, info)
+        self.shards: ShardList = shard_list(self.location, split, info,
+                                            None if self.identity is None else self.identity.check)
         if self.location.remote:  # each shard's starts from its own headers: no offsets file to fetch at open
             self.index = SpanIndex(self.shards, shard_starts=ShardStarts(self.location, self.shards))
         else:
