@@ -23,3 +23,15 @@ def edit_shards(folder: Path, body: dict[str, Any], edit: Callable[[list[dict[st
     edit(entries)
     name, blob, body["splits"][split]["table"] = table_file(split, entries)
     (Path(folder) / name).write_bytes(blob)
+
+
+def list_shards(folder: Path, body: dict[str, Any]) -> None:
+    """A `.wds` dataset as the datapipe before the shard table wrote it: manifest version 2, each split's
+    shards listed in it (the manifest `body`, a dict the caller writes back), no table files. The
+    shards, their `.idx` files and the offsets files were the same then."""
+    for split, info in body["splits"].items():
+        table = info.pop("table", None)
+        if table:
+            info["shards"] = shard_entries(folder, split)
+            (Path(folder) / table["name"]).unlink()
+    body["version"] = 2

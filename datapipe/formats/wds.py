@@ -85,13 +85,18 @@ class WdsDataset(Dataset):
         if len(self.index) != info.samples:
             raise ValueError(f"{self.location.describe()}: the index of split {split!r} lists {len(self.index)} "
                              f"samples, the manifest {info.samples}; run `datapipe verify` or re-convert")
-        self._where: dict[int, str] = {}  # shard number -> its name in messages (a URL redacted), once used
+        self._where: dict[int, tuple[str, str]] = {}  # shard number -> its name, and as messages give it (a URL
+        # redacted), once used
         self.positions = RecordPositions(info.skipped)
         self._files = PerProcess(functools.partial(ShardFiles, self._open_shard,
                                                    max_open=MAX_OPEN_CACHED if self.location.remote else MAX_OPEN))
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_where": {}}  # a worker names the shards it reads itself
+
+    def _named(self, number: int) -> tuple[str, str]:
+        name = self.shards.entry(number)["name"]
+        return self._where.setdefault(number, (name, self.location.describe(name)))
 
     def _open_shard(self, number: int) -> int:
         s = self.shards.entry(number)
@@ -123,8 +128,7 @@ class WdsDataset(Dataset):
         if self.index.shard_starts is not None:  # opened (the oldest let go) before its starts are walked:
             files.fd(self.index.shard_of(index))  # the walk pins no copy beyond those the LRU holds
         number, start, end = self.index.span(index)
-        shard = self.shards.entry(number)["name"]
-        where = self._where.get(number) or self._where.setdefault(number, self.location.describe(shard))
+        shard, where = self._where.get(number) or self._named(number)
         parts = members(files.pread(number, end - start, start), where)
         data = next((v for k, (_, v) in parts.items() if k not in _NOT_IMAGE), None)
         if data is None or not {"cls", "i64", "json"} <= parts.keys():
