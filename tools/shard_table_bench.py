@@ -17,7 +17,7 @@ Runs, per shard count and place (`local`: the folder; `remote`: http://127.0.0.1
 tests/storage/conftest.py's RangeHandler, an empty cache each run), interleaved `--repeats` times:
 `before` (the other checkout, listed), `table` (this one, table), `listed` (this one reading the listed
 dataset: datasets written before the table). Each run is a fresh process (imports not counted) timing
-  open        open_dataset(path or URL); its peak RSS growth (ru_maxrss after minus before);
+  open        open_dataset(path or URL); the resident memory it added (RSS after minus before);
   pickled     len(pickle.dumps(dataset)): what a spawned DataLoader or DALI worker is sent;
   batch       dataset[i] for i in range(256) (shard 0: its download and check when remote), keys checked;
   sizes       dataset.shard_sizes() (what a shard-wise loader's order needs: the table's whole first column).
@@ -45,11 +45,11 @@ SHARD = 5_000  # records a shard
 BATCH = 256
 PLACEHOLDER = "0" * 64
 CHILD = r"""
-import json, pickle, resource, sys, time, tracemalloc
+import json, os, pickle, sys, time, tracemalloc
 target, cache, batch, trace = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "trace"
 import datapipe, obstore.store  # imports not counted (obstore's is lazy in datapipe)
 from datapipe import open_dataset
-rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+rss = lambda: int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")  # resident now
 if trace:
     tracemalloc.start()
 r0, t0 = rss(), time.perf_counter()
@@ -176,7 +176,7 @@ def main() -> int:
     scratch = args.out.with_name(args.out.name + "-scratch")
     before = args.code.resolve()
     summary: list[dict] = []
-    print("| shards | place | code | open s | open RSS growth MiB | open traced peak MiB | pickled bytes | "
+    print("| shards | place | code | open s | RSS added by the open MiB | open traced peak MiB | pickled bytes | "
           "first batch s | shard_sizes s |\n|---|---|---|---|---|---|---|---|---|", flush=True)
     with remote_open_bench.http_server(args.out) as base:
         for shards in (int(s) for s in args.shards.split(",")):
