@@ -215,18 +215,17 @@ class _Held:
     def checked(self, column: int, block: int, raw: memoryview | bytes) -> np.ndarray:
         """A block's rows once its bytes have the sha256 its head gives, in order, sizes past a tar's end."""
         at = 32 * (2 * block + column)
-        lo = block * BLOCK_ROWS
+        _, _, lo, hi = self.table.layout.span(column, block)
         if hashlib.sha256(raw).digest() != self.digests[at:at + 32]:
             what = "record starts" if column == 0 else "sizes and digests"
-            raise self.table.damaged(f"the {what} of shards {lo:,}-{lo + BLOCK_ROWS - 1:,} differ from the sha256 "
-                                     "its head gives")
+            raise self.table.damaged(f"the {what} of shards {lo:,}-{hi - 1:,} differ from the sha256 its head gives")
         rows = np.frombuffer(raw, FIRST if column == 0 else ROW)
         if column == 0:
             rows = rows.view(np.int64)  # record indices: below 2**63 (the fences are checked at open)
             if rows[0] != self.fences[block] or rows[-1] > self.fences[block + 1] or np.any(np.diff(rows) < 0):
-                raise self.table.damaged(f"the record starts of shards {lo:,}-{lo + len(rows) - 1:,} are not in order")
+                raise self.table.damaged(f"the record starts of shards {lo:,}-{hi - 1:,} are not in order")
         elif np.any(rows["bytes"] < END_OF_ARCHIVE) or np.any(rows["bytes"] >= 1 << 53):
-            raise self.table.damaged(f"a size of shards {lo:,}-{lo + len(rows) - 1:,} is not a tar's")
+            raise self.table.damaged(f"a size of shards {lo:,}-{hi - 1:,} is not a tar's")
         return rows
 
     def block(self, column: int, block: int) -> np.ndarray:
