@@ -14,9 +14,9 @@ table is one fixed-width file beside the shards, in two columns of one row a sha
 The manifest gives the table's size, sha256 and its head's sha256 (`head_sha256`), the shard count,
 their total and largest size. A process reads the head (under 0.2 byte a shard) and checks it against
 the manifest, then each block it touches against the head, once: memory-mapped from a local disk, by
-byte range from a store (only the blocks a read needs, the last BLOCKS_HELD kept; the whole `first`
-column, 8 bytes a shard, for shard-wise sampling). A pickled table is its manifest entry and location.
-Datasets written before (version 1 and 2, the shards in the manifest) are read as they are
+byte range from a store (only the blocks a read needs, both columns' in one call, the last BLOCKS_HELD
+kept; the whole `first` column, 8 bytes a shard, for shard-wise sampling). A pickled table is its
+manifest entry and location. Datasets written before (version 1 and 2, the shards in the manifest) are read as they are
 (`ListedShards`), through the same small interface (`ShardList`).
 """
 from __future__ import annotations
@@ -205,11 +205,17 @@ class _Held:
             os.close(fd)
 
     def read(self, start: int, length: int) -> memoryview | bytes:
+        return self.read_many([(start, length)])[0]
+
+    def read_many(self, ranges: list[tuple[int, int]]) -> list[memoryview | bytes]:
+        """The table's bytes in each (start, length) range: from the map, or by ranged GETs in one call."""
         if self.map is not None:
-            return memoryview(self.map)[start:start + length]
-        got = self.table.location.read_range(self.table.name, start, length)
-        if len(got) != length:
-            raise self.table.damaged(f"it ends before byte {start + length:,}, the manifest says {self.table.layout.size:,}")
+            return [memoryview(self.map)[start:start + length] for start, length in ranges]
+        got = self.table.location.read_ranges(self.table.name, ranges)
+        for (start, length), part in zip(ranges, got):
+            if len(part) != length:
+                raise self.table.damaged(f"it ends before byte {start + length:,}, the manifest says "
+                                         f"{self.table.layout.size:,}")
         return got
 
     def checked(self, column: int, block: int, raw: memoryview | bytes) -> np.ndarray:
@@ -229,18 +235,23 @@ class _Held:
         return rows
 
     def block(self, column: int, block: int) -> np.ndarray:
+        """Rows `block` of `column`, checked. From a store, a block's two columns come in one call (a
+        read needs both: where the shard's records start, and its size and sha256 to open it)."""
         key = (column, block)
         with self.lock:
             if key in self.blocks:
                 self.blocks.move_to_end(key)
                 return self.blocks[key]
-        at, length, _, _ = self.table.layout.span(column, block)
-        rows = self.checked(column, block, self.read(at, length))
+        wanted = [key] if self.map is not None else [(c, block) for c in (0, 1)]
+        parts = self.read_many([self.table.layout.span(c, b)[:2] for c, b in wanted])
+        got = {(c, b): self.checked(c, b, raw) for (c, b), raw in zip(wanted, parts)}
         with self.lock:
-            self.blocks[key] = rows
+            self.blocks.update(got)
+            for k in got:
+                self.blocks.move_to_end(k)
             while len(self.blocks) > BLOCKS_HELD:
                 self.blocks.popitem(last=False)
-        return rows
+        return got[key]
 
     def whole_column(self) -> np.ndarray:
         """Every shard's first record (int64), each block checked: read at once (8 bytes a shard)."""

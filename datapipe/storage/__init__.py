@@ -50,11 +50,11 @@ class Location:
             raise FileNotFoundError(f"{self.describe(name)} does not exist")
         return data
 
-    def read_range(self, name: str, start: int, length: int) -> bytes:
-        """`length` bytes of `name` from byte `start` (fewer where the file is shorter)."""
+    def read_ranges(self, name: str, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """The bytes of `name` in each (start, length) range (fewer where the file is shorter)."""
         fd = os.open(self.file(name), os.O_RDONLY)
         try:
-            return os.pread(fd, length, start)
+            return [os.pread(fd, length, start) for start, length in ranges]
         finally:
             os.close(fd)
 
@@ -83,9 +83,10 @@ class RemoteLocation(Location):
     def read_bytes(self, name: str, *, limit: int, what: str) -> bytes:
         return self.store.read(self.checked(name), limit=limit, what=what)
 
-    def read_range(self, name: str, start: int, length: int) -> bytes:
-        """Bytes of `name` in the store, by one ranged request (not through the cache: the caller checks them)."""
-        return self.store.read_range(self.checked(name), start, length)
+    def read_ranges(self, name: str, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """Bytes of `name` in the store, by ranged requests in one call (not through the cache: the
+        caller checks them)."""
+        return self.store.read_ranges(self.checked(name), ranges)
 
     def open(self, name: str, *, size: int | None = None, sha256: str | None = None) -> int:
         """A descriptor of the cached copy (downloaded first if need be), pinned until closed."""

@@ -188,7 +188,7 @@ def test_a_remote_table_is_read_by_range_only_the_blocks_needed_once(logged_http
     def block(column: int, b: int) -> str:
         at, length, _, _ = layout.span(column, b)
         return f"bytes={at}-{at + length - 1}"
-    assert [r for _, r in LoggedRanges.seen[1:]] == [block(0, 1), block(1, 1)]  # its record starts, its row
+    assert sorted(r for _, r in LoggedRanges.seen[1:]) == sorted([block(0, 1), block(1, 1)])  # its starts, its row
     assert len(pickle.dumps(ds)) == sent, "a worker is sent the blocks read so far"
     assert ds.shard_sizes().tolist() == [2] * 1_500
     assert LoggedRanges.seen[-1][1] == f"bytes={layout.first_at}-{layout.rows_at - 1}"  # the first column, whole
