@@ -90,7 +90,7 @@ def make_order(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochO
         sampling = "shards" if dataset.location.remote else "global"
     if sampling == "global":
         if dataset.location.remote:
-            dataset.location.cache.require(sum(s["bytes"] for s in dataset.shard_entries()),
+            dataset.location.cache.require(dataset.shard_entries().total_bytes,
                                            "sampling='global' reads from every shard all epoch long: its shards")
         return EpochOrder(len(dataset), options.batch_size, shard, options.seed, shuffle=options.train,
                           drop_last=options.drop_last, repeats=options.recipe.aug_repeats if options.train else 1)
@@ -106,7 +106,7 @@ def make_order(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochO
     mix = options.mix_shards or (1 if dataset.shuffled_at_write else ShardOrder.mix_shards)
     if dataset.location.remote:
         cache = dataset.location.cache
-        biggest = max(s["bytes"] for s in dataset.shard_entries())
+        biggest = dataset.shard_entries().largest
         ranks, held = local_world_size() or 1, shards_held(options, [int(n) for n in sizes()], mix)
         cache.require(ranks * held * biggest,
                       f"{ranks} rank(s) on this node, each holding {held} shards at once (those its workers' "
