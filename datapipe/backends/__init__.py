@@ -128,13 +128,13 @@ def mix_order(dataset: MixDataset, options: LoaderOptions, shard: Shard) -> MixO
         # datapipe's own shards were shuffled when written: shard by shard is already mixed (as make_order's)
         blocks.append(options.mix_shards or (1 if source.shuffled_at_write else ShardOrder.mix_shards))
         if source.location.remote and sizes[-1] is None:
-            source.location.cache.require(sum(s["bytes"] for s in source.shard_entries()),
+            source.location.cache.require(source.shard_entries().total_bytes,
                                           f"a Mix reads from every shard of {source} all epoch long (sampling="
                                           f"{options.sampling!r}): its shards")
         elif source.location.remote:
             windows.append((source, blocks[-1]))
     for source, block in windows:  # the node's ranks read the same window of the stream: two blocks, what's in flight
-        biggest = max(s["bytes"] for s in source.shard_entries())
+        biggest = source.shard_entries().largest
         held = 2 * block + shards_held(options, [int(n) for n in source.shard_sizes()], 1)
         source.location.cache.require(held * biggest, f"a Mix reads {source} shard by shard: about {held} shards at "
                                                       f"once (2 blocks of {block} and what batches in flight span)")
