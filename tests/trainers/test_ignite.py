@@ -93,6 +93,7 @@ def test_pair_batches_are_the_first_two_fields_of_the_default_batch(packed_lmdb)
         datapipe.make_loader(packed_lmdb, batch_format="triple", **options)
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")  # Ignite's import, here rather than at collection
 def test_the_default_prepare_batch_takes_pairs_and_refuses_three_fields(packed_lmdb):
     from ignite.engine import create_supervised_trainer
 
