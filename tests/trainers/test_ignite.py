@@ -14,11 +14,13 @@ import torch
 
 import datapipe
 from datapipe import open_dataset
+from tests.conftest import installed
 from tests.trainers.mixed import data_of, mix_spec
 from tests.trainers.reference import EPOCHS, check_coverage, check_mix_coverage, each_once, unbroken
 from tests.trainers.served import MID_STEP, STEPS_PER_EPOCH, run_to_end
 
-pytest.importorskip("ignite")
+if not installed("ignite"):  # found, not imported: no pytest worker imports it at collection
+    pytest.skip("pytorch-ignite is not installed", allow_module_level=True)
 SCRIPT = Path(__file__).with_name("ignite_run.py")
 DOCS = Path(__file__).parents[2] / "docs"
 TIMEOUT_S = 240
@@ -112,6 +114,7 @@ def test_pair_batches_are_the_first_two_fields_of_the_default_batch(packed_lmdb)
         datapipe.make_loader(packed_lmdb, batch_format="triple", **options)
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")  # Ignite's import, here rather than at collection
 def test_the_default_prepare_batch_takes_pairs_and_refuses_three_fields(packed_lmdb):
     from ignite.engine import create_supervised_trainer
 

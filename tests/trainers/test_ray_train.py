@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("ray.train", exc_type=ImportError)
+from tests.conftest import installed
+
+if not installed("ray.train"):  # found, not imported: no pytest worker imports it at collection
+    pytest.skip("ray[train] is not installed", allow_module_level=True)
 
 from tests.converters.test_ray import local_ray  # noqa: E402,F401  (module-scoped Ray on 127.0.0.1)
 from tests.processes import deadline  # noqa: E402
