@@ -24,10 +24,16 @@ $(VENV)/.installed: pyproject.toml setup.py datapipe/_jpeg_region.c datapipe/_no
 # room on two cores. The temp folder is short: a Unix socket path under it must stay below 108 bytes.
 # One OpenMP thread a process (as torchrun sets): two workers and their children each spinning a thread
 # per core oversubscribe two cores; tests/train took 126 s so, 47 s with it.
+# --no-loadscope-reorder: files are dealt in the order tests/conftest.py gives (slowest first); xdist 3.5+
+# otherwise re-sorts them by their number of tests, which dealt the few long trainer files last.
+# Bytecode caches are written even where the shell sets PYTHONDONTWRITEBYTECODE (this machine does): else
+# each of the suite's ~300 interpreters compiles datapipe again (~0.25 s of CPU) and each worker
+# rewrites every test module's asserts again (__pycache__/ is ignored by git).
 TEST_WORKERS ?= 2
 test: install
-	@tmp=$$(mktemp -d /tmp/dpt-XXXXXX) && OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q \
-		-n $(TEST_WORKERS) --dist loadfile --basetemp=$$tmp && rm -rf $$tmp
+	@tmp=$$(mktemp -d /tmp/dpt-XXXXXX) && OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} PYTHONDONTWRITEBYTECODE= \
+		$(BIN)/python -m pytest -q \
+		-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --basetemp=$$tmp && rm -rf $$tmp
 
 demo: install
 	$(BIN)/python tools/make_sample.py --out $(SAMPLE) --overwrite

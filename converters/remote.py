@@ -1,6 +1,6 @@
 """`convert SRC s3://bucket/out.wds`: shard tasks build their shards in local scratch folders and
-upload them (`.tar`, `.idx`, then the record list); the driver uploads the offsets files and the
-manifest last, then removes the record lists and whatever an older dataset there left.
+upload them (`.tar`, `.idx`, then the record list); the driver uploads the offsets files, the shard
+tables and the manifest last, then removes the record lists and whatever an older dataset there left.
 
 A dataset in a store without its manifest does not open, so an interrupted conversion never looks
 whole, and `--resume` (from any machine) keeps every shard whose record list is in the store. Only
@@ -52,9 +52,10 @@ def convert_to_url(src: str | Path, url: str, options: ConvertOptions, engine: E
                 target.delete(name)
         options = dataclasses.replace(options, resume=False)
     result = run_sharded(src, target, task_list, spec, options, engine)
-    written = {s["name"] for info in result.splits.values() for s in info.shards}
+    written = {s["name"] for shards in result.shards.values() for s in shards}
     written |= {idx_name(name) for name in written}
     written |= {info.index["name"] for info in result.splits.values()} | {MANIFEST_NAME}
+    written |= {info.table["name"] for info in result.splits.values()}
     for stale in sorted(set(target.listing()) - written):
         log.info("removing %s, left by an older dataset", target.describe(stale))
         target.delete(stale)

@@ -1,6 +1,6 @@
 """`convert` to `.wds`: fix every shard's files before work starts, write whole shards in parallel on
-an engine (local processes or Ray), then merge their record lists into the offsets files and the
-manifest, written last.
+an engine (local processes or Ray), then merge their record lists into the offsets files, the shard
+tables (`{split}.shards.bin`, datapipe.formats.shard_table) and the manifest, written last.
 
 No process writes another's shard and the driver touches no image bytes, so a conversion scales
 with the cores (or nodes) that build shards; the output depends only on the task list and the options,
@@ -21,8 +21,9 @@ import numpy as np
 
 from tqdm import tqdm
 
+from datapipe.formats.shard_table import table_file
 from datapipe.formats.wds_index import offsets_file
-from datapipe.records import MANIFEST_NAME, Manifest, SplitInfo, chain_digest, field_union
+from datapipe.records import MANIFEST_NAME, TABLE_VERSION, Manifest, SplitInfo, chain_digest, field_union
 
 from .engines import Engine
 from .errors import ConvertError
@@ -40,6 +41,7 @@ class ShardedResult:
     splits: dict[str, SplitInfo]
     seconds: float
     processed: int
+    shards: dict[str, list[dict[str, Any]]]  # each split's shards (name, samples, bytes, sha256), in its table
 
 
 def finished_shards(target: Target, jobs: list[ShardJob], task_list: TaskList,
@@ -76,7 +78,7 @@ def finished_shards(target: Target, jobs: list[ShardJob], task_list: TaskList,
 
 class Merger:
     """Folds record lists, arriving in any order, into each split's counts, chained digest, rejected
-    files, shard entries and sample offsets, in shard order. Only lists that arrive ahead of their
+    files, shards and sample offsets, in shard order. Only lists that arrive ahead of their
     turn wait, so the driver never holds a whole dataset's digests (14M for ImageNet-21k)."""
 
     def __init__(self, task_list: TaskList, jobs: list[ShardJob]) -> None:
@@ -85,6 +87,7 @@ class Merger:
         self.waiting: dict[str, ShardRecords] = {}
         self.splits = {s: SplitInfo(skipped=list(task_list.skipped[s])) for s in task_list.splits}
         self.starts: dict[str, list[np.ndarray]] = {s: [] for s in task_list.splits}
+        self.shards: dict[str, list[dict[str, Any]]] = {s: [] for s in task_list.splits}
 
     def add(self, records: ShardRecords) -> None:
         self.waiting[records.name] = records
@@ -101,17 +104,19 @@ class Merger:
         info.skipped += records.skipped
         info.fields = field_union(info.fields, records.fields)
         if records.shard is not None:
-            info.shards.append(records.shard)
+            self.shards[records.split].append(records.shard)
             self.starts[records.split].append(np.asarray(records.starts, dtype=np.int64))
 
     def finish(self, target: Target) -> dict[str, SplitInfo]:
-        """The merged splits, with each split's offsets file written to the target."""
+        """The merged splits, with each split's offsets file and shard table written to the target."""
         if self.next != len(self.order):
             raise RuntimeError(f"shard {self.order[self.next]} never finished; the engine lost it")
         for split, info in self.splits.items():
             name, blob = offsets_file(split, self.starts[split])
             target.put(name, blob)
             info.index = {"name": name, "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
+            name, blob, info.table = table_file(split, self.shards[split])
+            target.put(name, blob)
         return self.splits
 
 
@@ -147,8 +152,9 @@ def write_shards(task_list: TaskList, ctx: ShardContext, engine: Engine, *, shar
     seconds = time.perf_counter() - started
     splits = merger.finish(ctx.target)
     manifest = Manifest(fmt, task_list.classes, splits, arguments={**ctx.arguments, "source": source},
-                        created=datetime.now(timezone.utc).isoformat(timespec="seconds"), seconds=round(seconds, 3))
+                        version=TABLE_VERSION, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                        seconds=round(seconds, 3))
     ctx.target.put(MANIFEST_NAME, manifest.to_json().encode("utf-8"))
     for job in jobs:
         ctx.target.delete(job.name + LIST_SUFFIX)
-    return ShardedResult(splits, seconds, sum(len(j.tasks) for j in todo))
+    return ShardedResult(splits, seconds, sum(len(j.tasks) for j in todo), merger.shards)

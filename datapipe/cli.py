@@ -8,7 +8,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 
-from .cli_mix import add_mix_arguments, mix_lines, mix_source
+from .cli_mix import add_mix_arguments, mix_lines, source_of_args
 from .errors import ExpectedError
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
@@ -105,7 +105,7 @@ def _run_convert(args: argparse.Namespace) -> int:
 def _run_info(args: argparse.Namespace) -> int:
     from .inspect import describe, info_lines
 
-    source = mix_source(args.path, args.weights, args.epoch_size)
+    source = source_of_args(args.path, args.weights, args.epoch_size)
     if not isinstance(source, str):  # a mix: its table
         print(json.dumps({"epoch_size": len(source), "classes": len(source.classes), "sources": source.table(0)},
                          indent=2) if args.json else "\n".join(mix_lines(source)))
@@ -341,7 +341,7 @@ def _run_preview(args: argparse.Namespace) -> int:
     if not args.verbose:  # the loaders' own lines (backend chosen, bad records) become the notes below
         quiet.setLevel(logging.ERROR)
     try:
-        shown = preview(mix_source(args.data, args.weights, args.epoch_size, split=args.split), options)
+        shown = preview(source_of_args(args.data, args.weights, args.epoch_size, split=args.split), options)
     finally:
         quiet.setLevel(level)
     for note in shown.notes:

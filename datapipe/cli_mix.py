@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 from typing import Any
 
-NAMED = re.compile(r"^([A-Za-z0-9_.-]+)=(.+)$")
+from .mix import mix_source
 
 
 def add_mix_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,24 +15,6 @@ def add_mix_arguments(parser: argparse.ArgumentParser) -> None:
                              "once an epoch); docs/mixing.md")
     parser.add_argument("--epoch-size", type=int, metavar="N", help="with several datasets: samples an epoch "
                                                                     "(default: the sum of their sizes)")
-
-
-def source_names(data: list[str]) -> dict[str, str]:
-    """name -> path: `NAME=PATH` as given, else the path's last part (`in1k.lmdb`, `web.wds`, `photos`),
-    made unique with -2, -3, ... where two are alike."""
-    out: dict[str, str] = {}
-    for item in data:
-        named = NAMED.match(item)
-        if named and "://" not in item.split("=", 1)[0]:
-            name, path = named[1], named[2]
-        else:
-            path = item
-            name = re.sub(r"[^A-Za-z0-9_.-]", "_", item.rstrip("/").rsplit("/", 1)[-1]) or "data"
-        base, k = name, 2
-        while name in out:
-            name, k = f"{base}-{k}", k + 1
-        out[name] = path
-    return out
 
 
 def parse_weights(text: str | None, count: int) -> tuple[float, ...] | None:
@@ -52,16 +33,9 @@ def parse_weights(text: str | None, count: int) -> tuple[float, ...] | None:
     return weights
 
 
-def mix_source(data: list[str], weights: Any, epoch_size: int | None, **mix_options: Any) -> Any:
-    """One path as it is, or the Mix of several (or of one given --weights / --epoch-size)."""
-    weights = parse_weights(weights, len(data)) if isinstance(weights, str) else weights
-    if len(data) == 1 and weights is None and epoch_size is None:
-        return data[0]
-    from .mix import Mix
-
-    sources = source_names(list(data))
-    given = None if weights is None else dict(zip(sources, weights))
-    return Mix(sources, weights=given, epoch_size=epoch_size, **mix_options)
+def source_of_args(data: list[str], weights: str | None, epoch_size: int | None, **mix_options: Any) -> Any:
+    """The dataset arguments with --weights and --epoch-size: one path as it is, else their Mix."""
+    return mix_source(data, parse_weights(weights, len(data)), epoch_size, **mix_options)
 
 
 def mix_lines(mix: Any) -> list[str]:
@@ -72,7 +46,7 @@ def mix_lines(mix: Any) -> list[str]:
     lines = [f"mix of {len(rows)} sources, {len(mix):,} samples an epoch, {len(mix.classes)} classes",
              f"{'source':{width}}  {'records':>12}  {'weight':>7}  {'draws/epoch':>12}  {'epochs/pass':>11}  path"]
     for r in rows:
-        passes = "never" if math.isinf(r["epochs_per_pass"]) else f"{r['epochs_per_pass']:.2f}"
+        passes = "never" if r["epochs_per_pass"] is None else f"{r['epochs_per_pass']:.2f}"
         lines.append(f"{r['source']:{width}}  {r['records']:>12,}  {r['weight']:>7.3f}  {r['draws']:>12,}  "
                      f"{passes:>11}  {r['path']}")
     lines.append("epochs/pass: epochs until a source repeats a record (below 1: it repeats within an epoch)")

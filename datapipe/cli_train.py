@@ -88,7 +88,7 @@ def after_preemption(stop, args: argparse.Namespace, environ) -> str:
     requeued = ""
     if job is not None and REQUEUE_SIGNAL in stop.signals and getattr(args, "requeue", "auto") == "auto":
         requeued = f"; Slurm job {job} requeued" if (failed := requeue(job)) is None else f"; {failed}"
-    resume = shlex.join(["datapipe", "train", args.data, "--out", args.out, "--resume", str(stop.checkpoint)])
+    resume = shlex.join(["datapipe", "train", *args.data, "--out", args.out, "--resume", str(stop.checkpoint)])
     return redact(f"datapipe train: preempted by {'/'.join(s.name for s in stop.signals)} at epoch {stop.epoch}, "
                   f"step {stop.step}: checkpoint {stop.checkpoint} written; resume: the same command with --resume "
                   f"{stop.checkpoint} (e.g. {resume}){requeued}")

@@ -34,7 +34,7 @@ def describe(path: str | Path) -> dict[str, Any]:
             "arguments": manifest.arguments, "errors": manifest.errors, "splits": {}}
     for name, info in manifest.splits.items():
         body["splits"][name] = {"samples": info.samples, "bytes": info.bytes, "digest": info.digest,
-                                "skipped": info.skipped, "shards": len(info.shards), "fields": list(info.fields)}
+                                "skipped": info.skipped, "shards": info.shard_count, "fields": list(info.fields)}
     return body
 
 
@@ -99,6 +99,12 @@ def verify(path: str | Path, *, progress: bool = True, sha256: str | None = None
     report = VerifyReport()
     for split, info in manifest.splits.items():
         ds = open_dataset(path, split)
+        check_table = getattr(getattr(ds, "shards", None), "check_file", None)  # a .wds split's shard table, whole
+        if check_table is not None:
+            try:
+                check_table()
+            except ValueError as exc:
+                report.problems.append(redact(f"split {split!r}: {exc}"))
         chain = CHAIN_START
         for i in tqdm(range(len(ds)), desc=f"verify {split}", unit="rec", disable=not progress):
             report.records += 1

@@ -16,19 +16,25 @@ its train mix); a source without class names gives -1.
 from __future__ import annotations
 
 import math
+import numbers
 import pickle
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Union
 
+import numpy as np
+
 from .augment.recipe import Recipe, resolve_recipe
 from .formats import open_dataset
 from .formats.base import Dataset
 from .mix_draws import apportion
+from .storage import redact
 
 Weights = Union[Mapping[str, float], Callable[[int], Mapping[str, float]], None]
+NAMED = re.compile(r"^([A-Za-z0-9_.-]+)=(.+)$")  # NAME=PATH
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 
 
@@ -76,9 +82,25 @@ class Mix:
                              "records: leave it out")
         self.classes, self.class_maps = merge_classes([d.classes for d in self.datasets], classes)
         self.epoch_size = sum(self.sizes) if epoch_size is None else _positive_int("epoch_size", epoch_size)
+        self.starts = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)  # each source's first key
+        if (self.epoch_size // min(self.sizes) + 2) * sum(self.sizes) >= 2**63:
+            raise ValueError(f"epoch_size {self.epoch_size:,} over a source of {min(self.sizes):,} records would "
+                             "make the draws' keys overflow 64 bits: give the small source fewer draws an epoch")
         self._weights = weights
+        self.opening = (None if cache_dir is None else str(cache_dir), cache_limit)
         if not callable(weights):
             self.weights_at(0)  # fixed weights: checked now
+
+    def refuse_other_opening(self, cache_dir: Any, cache_limit: int | None, sha256: str | None) -> None:
+        """make_loader's cache_dir, cache_limit and sha256 open one dataset; a mix opened its sources
+        with its own (Mix(cache_dir=, cache_limit=)): other values there would be silently unused."""
+        if sha256 is not None:
+            raise ValueError("sha256= checks one dataset file before it is opened; a Mix opens its sources itself: "
+                             "check them with datapipe.open_dataset(path, sha256=...) and give the opened datasets")
+        given = (None if cache_dir is None else str(cache_dir), cache_limit)
+        if given != (None, None) and given != self.opening:
+            raise ValueError("a Mix opens its sources itself: give cache_dir= and cache_limit= to Mix(...), not to "
+                             f"make_loader (the mix has {self.opening}, make_loader was given {given})")
 
     def check_picklable(self, where: str) -> None:
         """A one-line ValueError when a weights function cannot be sent to processes started by spawn."""
@@ -114,11 +136,11 @@ class Mix:
 
     def table(self, epoch: int = 0) -> list[dict[str, Any]]:
         """Per source, for `epoch`: its size, weight share, draws, and epochs until it repeats a record
-        (its size over its draws an epoch; inf when it is drawn 0 times)."""
+        (its size over its draws an epoch; None when it is drawn 0 times). Paths without credentials."""
         weights, counts = self.weights_at(epoch), self.counts(epoch)
         total = sum(weights)
-        return [{"source": name, "path": str(dataset.path), "records": size, "weight": w / total, "draws": c,
-                 "epochs_per_pass": size / c if c else math.inf}
+        return [{"source": name, "path": redact(str(dataset.path)), "records": size, "weight": w / total, "draws": c,
+                 "epochs_per_pass": size / c if c else None}
                 for name, dataset, size, w, c in zip(self.names, self.datasets, self.sizes, weights, counts)]
 
     @property
@@ -151,7 +173,7 @@ def _checked_weights(given: Any, names: tuple[str, ...], epoch: int | None) -> t
     out = []
     for name in names:
         w = given[name]
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w < 0:
             raise ValueError(f"weights{where}: source {name!r} has weight {w!r}; a weight is a finite number >= 0")
         out.append(float(w))
     if sum(out) <= 0:
@@ -186,3 +208,31 @@ def merge_classes(lists: list[list[str]], given: list[str] | None = None) -> tup
                 classes.append(name)
         maps.append(tuple(where[name] for name in names))
     return classes, tuple(maps)
+
+
+def source_names(data: list[str]) -> dict[str, str]:
+    """name -> path: `NAME=PATH` as given, else the path's last part (`in1k.lmdb`, `web.wds`, `photos`),
+    made unique with -2, -3, ... where two are alike."""
+    out: dict[str, str] = {}
+    for item in data:
+        named = NAMED.match(item)
+        if named and "://" not in item.split("=", 1)[0]:
+            name, path = named[1], named[2]
+        else:
+            path = item
+            name = re.sub(r"[^A-Za-z0-9_.-]", "_", item.rstrip("/").rsplit("/", 1)[-1]) or "data"
+        base, k = name, 2
+        while name in out:
+            name, k = f"{base}-{k}", k + 1
+        out[name] = path
+    return out
+
+
+def mix_source(data: list[str], weights: Any, epoch_size: int | None, **mix_options: Any) -> Any:
+    """One path as it is, or the Mix of several (or of one given weights or an epoch size): `weights` a
+    sequence, one per path, in order (the command line's --weights)."""
+    if len(data) == 1 and weights is None and epoch_size is None:
+        return data[0]
+    sources = source_names(list(data))
+    given = None if weights is None else dict(zip(sources, weights))
+    return Mix(sources, weights=given, epoch_size=epoch_size, **mix_options)

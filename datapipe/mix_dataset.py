@@ -39,9 +39,11 @@ class MixDataset(Dataset):
     def __init__(self, mix: Mix) -> None:
         self.mix = mix
         self.datasets = mix.datasets
-        self.starts = np.concatenate([[0], np.cumsum(mix.sizes)]).astype(np.int64)
+        self.starts = mix.starts
         path = "mix(" + ", ".join(f"{n}={redact(d.path)}" for n, d in zip(mix.names, self.datasets)) + ")"
-        self.path, self.split, self.classes, self._size = path, "train", list(mix.classes), int(self.starts[-1])
+        splits = {d.split for d in self.datasets}
+        self.path, self.classes, self._size = path, list(mix.classes), int(self.starts[-1])
+        self.split = splits.pop() if len(splits) == 1 else "mixed"
         self.location = MixLocation(self.datasets)  # type: ignore[assignment]
         self.validated = all(d.validated for d in self.datasets)
         self.fields = tuple(f for f in self.datasets[0].fields if all(f in d.fields for d in self.datasets))

@@ -32,8 +32,18 @@ class MixState:
 
     mix: Mix
     since: tuple[int, tuple[int, ...]] | None = None
-    shard_sizes: tuple[tuple[int, ...] | None, ...] = ()
+    shard_sizes: tuple[tuple[int, ...] | None, ...] = ()  # () for none
     mix_shards: tuple[int, ...] = ()  # per source read shard by shard: its blocks' shards
+
+    def __post_init__(self) -> None:
+        count = len(self.mix.names)
+        self.shard_sizes, self.mix_shards = self.shard_sizes or (None,) * count, self.mix_shards or (1,) * count
+
+    @property
+    def streams(self) -> list[str]:
+        """How each source is read: "records" (a permutation of its records) or "shards/B" (ShardStream)."""
+        return ["records" if sizes is None else f"shards/{block}" for sizes, block in
+                zip(self.shard_sizes, self.mix_shards)]
 
     def draws_before(self, epoch: int) -> tuple[int, ...]:
         return self.mix.draws_before(epoch, self.since)
@@ -46,13 +56,10 @@ class MixKeys:
         mix = state.mix
         self.counts, self.before = mix.counts(epoch), state.draws_before(epoch)
         self.key = derive_key(seed, epoch) if shuffle else None
-        self.starts = np.concatenate([[0], np.cumsum(mix.sizes)]).astype(np.int64)
-        self.total = int(self.starts[-1])
-        sharded = state.shard_sizes or (None,) * len(mix.names)
-        blocks = state.mix_shards or (1,) * len(mix.names)
+        self.starts, self.total = mix.starts, int(mix.starts[-1])
         self.streams = [SourceStream(n, seed=seed, name=name, shuffle=shuffle) if shards is None else
                         ShardStream(shards, seed=seed, name=name, shuffle=shuffle, mix_shards=block)
-                        for n, name, shards, block in zip(mix.sizes, mix.names, sharded, blocks)]
+                        for n, name, shards, block in zip(mix.sizes, mix.names, state.shard_sizes, state.mix_shards)]
 
     def draws(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(source, the source's draw number since epoch 0) of each position."""
@@ -105,21 +112,28 @@ class MixOrder(EpochOrder):
         return min(int(value), self.size)
 
     def _mine(self, epoch: int) -> dict[str, Any]:
-        """What a mid-epoch position depends on beside the samples done."""
-        mix, state = self.state.mix, self.state
-        streams = ["records" if sizes is None else f"shards/{block}" for sizes, block in
-                   zip(state.shard_sizes or (None,) * len(mix.names), state.mix_shards or (1,) * len(mix.names))]
-        return {**mix.fingerprint, "weights": list(mix.weights_at(epoch)), "order": MIX_ORDER, "streams": streams}
+        """What a mid-epoch position depends on beside the samples done: the sources, the epoch's counts
+        (weights that round to the same counts serve the same samples), the draws' version, how each
+        source is read."""
+        mix = self.state.mix
+        return {**mix.fingerprint, "counts": list(mix.counts(epoch)), "order": MIX_ORDER,
+                "streams": self.state.streams}
 
     def save(self, offset: int, epoch: int = 0) -> dict[str, Any]:
+        """The position with the mix's block: what a mid-epoch position depends on (at an epoch's start
+        only the names, classes and epoch size: the weights of an epoch not begun are not asked for, a
+        curriculum may end with the run), and each source's draws before this epoch."""
+        mix = self.state.mix
+        mine = self._mine(epoch) if offset else {**mix.fingerprint, "streams": self.state.streams}
         return {**super().save(offset, epoch), "mix": {
-            **self._mine(epoch), "draws_before": dict(zip(self.state.mix.names, self.state.draws_before(epoch)))}}
+            **mine, "classes": list(mix.classes), "draws_before": dict(zip(mix.names, self.state.draws_before(epoch)))}}
 
     def restore(self, state: dict[str, Any]) -> int:
         refuse_single_state(state)
         saved = state["mix"]
         epoch = int(state["epoch"])
         mix = self.state.mix
+        refuse_other_classes(saved.get("classes"), mix.classes)
         done = self.decode(state.get("samples_done", 0))
         if done > 0:
             refuse_other_mix(saved, self._mine(epoch))
@@ -136,11 +150,24 @@ def refuse_single_state(state: dict[str, Any]) -> None:
                          "Mix; resume with the loader it was saved with")
 
 
+def refuse_other_classes(saved: list[str] | None, mine: list[str]) -> None:
+    """A model trained on the saved mix's label indices: a class that now has another index (the
+    sources in another order, say) would silently change what a label means. New classes at the end
+    are fine."""
+    if saved is None:
+        return
+    moved = [name for k, name in enumerate(saved) if k >= len(mine) or mine[k] != name]
+    if moved:
+        raise ValueError(f"cannot resume: the mix's classes changed order (class {moved[0]!r} was label "
+                         f"{saved.index(moved[0])}, it is {mine.index(moved[0]) if moved[0] in mine else 'gone'} now): "
+                         "give the sources in the order they were saved with; new classes may only come after")
+
+
 def refuse_other_mix(saved: dict[str, Any], mine: dict[str, Any]) -> None:
     """A mid-epoch position under another mix (sources, their records, weights, epoch size, draws'
     version) would serve other samples: one line naming the first difference."""
     labels = {"names": "sources", "sources": "source records (a source re-converted or replaced)",
-              "epoch_size": "epoch_size", "weights": "weights", "order": "mix draws' version",
+              "epoch_size": "epoch_size", "counts": "per-source counts (weights)", "order": "mix draws' version",
               "streams": "ways of reading the sources (sampling, mix_shards)"}
     for key, label in labels.items():
         if key in saved and saved[key] != mine[key]:

@@ -18,7 +18,8 @@ from .names import UnsafeName, check_digest, check_name
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 2  # 2: a .wds record's .i64 holds its write position (skipped files keep theirs)
-READABLE_VERSIONS = (1, 2)
+TABLE_VERSION = 3  # 3: a .wds split's shards in its shard table (`table`), not listed (formats.shard_table)
+READABLE_VERSIONS = (1, 2, 3)
 CHAIN_START = "0" * 64
 
 
@@ -154,7 +155,8 @@ class ClassIndex:
 
 @dataclass
 class SplitInfo:
-    """What one split holds: counts, bytes, the chained digest, the skipped inputs, the shards."""
+    """What one split holds: counts, bytes, the chained digest, the skipped inputs, the shards (listed
+    up to manifest version 2; from version 3 in the shard table `table` describes)."""
 
     samples: int = 0
     bytes: int = 0
@@ -163,6 +165,12 @@ class SplitInfo:
     shards: list[dict[str, Any]] = field(default_factory=list)
     index: dict[str, Any] = field(default_factory=dict)  # a sharded format's index file: name, bytes, sha256
     fields: list[str] = field(default_factory=list)  # FIELD_NAMES some record of the split carries
+    table: dict[str, Any] = field(default_factory=dict)  # the shard table: name, bytes, sha256, head_sha256,
+    # shards, shard_bytes (their total), largest_shard (datapipe.formats.shard_table)
+
+    @property
+    def shard_count(self) -> int:
+        return int(self.table["shards"]) if self.table else len(self.shards)
 
     def add(self, record: Record) -> None:
         """Count one stored record and extend the chain."""
@@ -203,9 +211,10 @@ class Manifest:
     def to_json(self) -> str:
         body = asdict(self)
         body["errors"] = self.errors
-        for info in body["splits"].values():  # a split without fields is written as before fields existed,
-            if not info["fields"]:            # so the datapipe before them still reads it
-                del info["fields"]
+        for info in body["splits"].values():  # a split without fields (or table) is written as before they
+            for key in ("fields", "table"):   # existed, so the datapipe before them still reads it
+                if not info[key]:
+                    del info[key]
         return json.dumps(body, indent=1, sort_keys=True)
 
     @classmethod
@@ -245,9 +254,12 @@ class Manifest:
 
     def content_digest(self, split: str) -> str:
         """sha256 of what a loader's positions point at in `split`: its chained record digest, count,
-        shard sizes and the class list; not when or how it was converted (a resume compares it)."""
+        shard sizes and the class list; not when or how it was converted (a resume compares it). With a
+        shard table, its head's sha256 stands for the shard sizes (it covers them): the same records
+        listed in a version 2 manifest have another fingerprint."""
         info = self.split(split)
-        body = [split, info.digest, info.samples, [s.get("samples") for s in info.shards], self.classes]
+        shards = {"table": info.table["head_sha256"]} if info.table else [s.get("samples") for s in info.shards]
+        body = [split, info.digest, info.samples, shards, self.classes]
         return hashlib.sha256(json.dumps(body).encode()).hexdigest()
 
     def split(self, name: str) -> SplitInfo:
@@ -265,8 +277,12 @@ def check_names(manifest: Manifest, source: str) -> None:
     for split, info in manifest.splits.items():
         where = f"{source}: splits[{split!r}]"
         check_name(split, f"{source}: split name")
-        if not isinstance(info.shards, list) or not isinstance(info.index, dict):
-            raise UnsafeName(f"{where} has malformed shards or index; the dataset is damaged or was crafted")
+        if not isinstance(info.shards, list) or not isinstance(info.index, dict) or not isinstance(info.table, dict):
+            raise UnsafeName(f"{where} has malformed shards, index or table; the dataset is damaged or was crafted")
+        if info.table:
+            check_table(info.table, f"{where}.table")
+            if info.shards:
+                raise UnsafeName(f"{where} lists shards and a shard table; the dataset is damaged or was crafted")
         entries = [(f"{where}.shards[{n}]", s) for n, s in enumerate(info.shards)]
         for field, entry in entries + ([(f"{where}.index", info.index)] if info.index else []):
             if not isinstance(entry, dict):
@@ -281,6 +297,15 @@ def check_names(manifest: Manifest, source: str) -> None:
         for n, entry in enumerate(info.skipped):
             if "position" in entry:
                 check_count(entry["position"], f"{where}.skipped[{n}].position")
+
+
+def check_table(table: dict[str, Any], field: str) -> None:
+    """A split's shard table entry: a plain name, its digests hex, its sizes and counts counts."""
+    check_name(table.get("name"), f"{field}.name")
+    for key in ("sha256", "head_sha256"):
+        check_digest(table.get(key), f"{field}.{key}")
+    for key in ("bytes", "shards", "shard_bytes", "largest_shard"):
+        check_count(table.get(key), f"{field}.{key}")
 
 
 def check_count(value: object, field: str) -> None:

@@ -25,16 +25,26 @@ def deadline(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def run_in_session(argv: list[str], timeout: float, *, cwd=None, check: bool = True) -> subprocess.CompletedProcess:
-    """Run `argv` as the leader of a new session; on a timeout kill every process it started and fail."""
+def run_in_session(argv: list[str], timeout: float, *, cwd=None, check: bool = True,
+                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run `argv` as the leader of a new session; on a timeout fail with where every Python process it
+    started stood (faulthandler's stacks, dumped on SIGABRT), then kill them all."""
+    env = {**(os.environ if env is None else env), "PYTHONFAULTHANDLER": "1"}
     process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+                               start_new_session=True, env=env)
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        _, stderr = process.communicate()
-        raise AssertionError(f"{argv[:3]} did not finish in {timeout} s (a hang): {stderr[-3000:]}") from None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGABRT)  # each Python process prints its threads' stacks
+        try:
+            _, stderr = process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        _, stderr = process.communicate()  # everything it printed, the stacks included
+        raise AssertionError(f"{argv[:3]} did not finish in {timeout} s (a hang); the stacks: {stderr[-12000:]}") from None
     if check:
         assert process.returncode == 0, stderr[-3000:]
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from datapipe.cli import main
-from datapipe.cli_mix import mix_source, parse_weights, source_names
+from datapipe.cli_mix import parse_weights
+from datapipe.mix import mix_source, source_names
 
 
 def test_source_names_from_files_or_given_and_unique():
@@ -49,7 +50,7 @@ def test_a_weights_count_mismatch_is_one_line(packed_lmdb, packed_wds, capsys):
 def test_preview_tiles_name_their_source(packed_lmdb, packed_wds):
     from datapipe.preview import PreviewOptions, preview
 
-    shown = preview(mix_source([f"a={packed_lmdb}", f"b={packed_wds}"], "0.5,0.5", 8),
+    shown = preview(mix_source([f"a={packed_lmdb}", f"b={packed_wds}"], (0.5, 0.5), 8),
                     PreviewOptions(records=8, epochs=1, backends=("threads",)))
     heads = [caption[0] for caption in shown.rows[0].captions]
     assert {h.split()[0] for h in heads} == {"a", "b"} and all(" #" in h for h in heads)
@@ -58,6 +59,7 @@ def test_preview_tiles_name_their_source(packed_lmdb, packed_wds):
 def test_train_loaders_over_a_mix(packed_lmdb, packed_wds, tmp_path):
     import torch
 
+    from datapipe import make_loader, open_dataset
     from datapipe.train.config import TrainConfig
     from datapipe.train.loaders import build_loaders
 
@@ -65,7 +67,18 @@ def test_train_loaders_over_a_mix(packed_lmdb, packed_wds, tmp_path):
                          batch_size=4, image_size=32, workers=0, backend="threads")
     train, val = build_loaders(config, torch.device("cpu"))
     assert train.mix.counts(0) == (15, 5) and len(train.mix) == 20
-    assert val.mix is not None and val.mix.classes == train.mix.classes
-    assert len(val.mix) == sum(val.mix.sizes)  # each val record once
+    assert val.mix is not None and len(val.mix) == sum(val.mix.sizes)  # each val record once
+    names = val.mix.names
+    batch = next(iter(make_loader(val.mix, train=False, batch_size=len(val.mix), image_size=16,
+                                  fields=("image", "label", "source"))))
+    for s, i, label in zip(batch.sources, batch.indices, batch.labels):  # labels in the train mix's classes
+        own = open_dataset([packed_lmdb, packed_wds][names.index(names[int(s)])], "val")
+        assert train.mix.classes[int(label)] == own.classes[own[int(i)].label]
     with pytest.raises(ValueError, match="epoch_size must be"):
         TrainConfig(data=[str(packed_lmdb)], out=str(tmp_path), epoch_size=0)
+
+
+def test_info_json_says_never_as_null_and_hides_credentials(packed_lmdb, packed_wds, capsys):
+    assert main(["info", str(packed_lmdb), str(packed_wds), "--weights", "1,0", "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)  # strict JSON: no Infinity
+    assert body["sources"][1]["draws"] == 0 and body["sources"][1]["epochs_per_pass"] is None

@@ -54,19 +54,30 @@ def test_every_window_holds_each_source_near_its_share():
     assert off.max() <= 2 * math.log2(window) + 2, off.max()
 
 
-def test_unshuffled_mix_has_the_same_pattern_every_epoch_and_shuffled_differs():
-    counts = (30, 10)
-    a, _ = locate(counts, np.arange(40), None)
-    b, _ = locate(counts, np.arange(40), None)
-    assert (a == b).all()
-    assert (locate(counts, np.arange(40), 1)[0] != locate(counts, np.arange(40), 2)[0]).any()
+def test_every_aligned_block_of_the_halving_holds_each_source_within_two_of_its_share():
+    for counts, key in (((31, 1, 1), None), ((1, 2, 31), 1), ((600, 300, 99, 1), 5), ((7, 0, 13), 2)):
+        size = sum(counts)
+        source, _ = locate(counts, np.arange(size), key)
+        blocks = [(0, size)]
+        while blocks:
+            lo, length = blocks.pop()
+            held = np.bincount(source[lo:lo + length], minlength=len(counts))
+            assert (np.abs(held - np.array(counts) * length / size) < 2).all(), (counts, lo, length)
+            if length > 1:
+                blocks += [(lo, length // 2), (lo + length // 2, length - length // 2)]
 
 
 def test_locate_at_two_billion_positions_is_exact_for_the_positions_asked():
+    """Within any run of positions, each source's draw numbers go up by one at each of its positions."""
     counts = apportion((0.5, 0.25, 0.25), 2_000_000_000)
-    p = np.array([0, 1, 1_999_999_999, 1_234_567_890])
-    source, draw = locate(counts, p, 11)
-    assert (draw < np.array(counts)[source]).all()
+    for start in (0, 1_234_567_890, 2_000_000_000 - 3000):
+        source, draw = locate(counts, np.arange(start, start + 3000), 11)
+        for s in range(3):
+            mine = draw[source == s]
+            assert len(mine) and (np.diff(mine) == 1).all() and mine[-1] < counts[s]
+    first, _ = locate(counts, np.array([0]), 11)
+    last, d = locate(counts, np.array([1_999_999_999]), 11)
+    assert d[0] == counts[last[0]] - 1  # the epoch's last position is its source's last draw
     with pytest.raises(ValueError, match="positions must lie in"):
         locate(counts, np.array([2_000_000_000]), 11)
 

@@ -30,6 +30,15 @@ class Sized(Dataset):
         raise AssertionError("an order reads no records")
 
 
+CLASSES = {"big": ["cat", "dog"], "web": ["dog", "emu"], "small": ["fox"]}
+
+
+class Classed(Sized):
+    def __init__(self, name: str, size: int, classes: list[str]) -> None:
+        super().__init__(name, size)
+        self.classes = classes
+
+
 def make_mix(weights, epoch_size=60, sizes=SIZES) -> Mix:
     return Mix({n: Sized(n, s) for n, s in sizes.items()}, weights=weights, epoch_size=epoch_size)
 
@@ -134,20 +143,47 @@ def test_weights_changed_at_an_epoch_boundary_continue_each_stream_exactly(seed)
     same samples as one run on the curriculum A, A, B, B."""
     reference = make_mix(curriculum)
     served = run_interrupted(lambda epoch: make_mix(A if epoch < 2 else B), 4, random.Random(seed))
-    for epoch, (keys, _) in enumerate(served):
-        assert not collections.Counter(epoch_keys(reference, epoch)) - collections.Counter(keys), epoch
+    for epoch, (keys, last_world) in enumerate(served):
+        expected, got = collections.Counter(epoch_keys(reference, epoch)), collections.Counter(keys)
+        assert not expected - got, epoch
+        assert sum((got - expected).values()) < last_world  # padding only
+
+
+def test_a_state_at_the_end_of_a_curriculum_asks_no_weights_of_the_epoch_after():
+    schedule = [A, B]
+    mix = make_mix(lambda epoch: schedule[epoch])  # defined for epochs 0 and 1 only
+    o = order(mix)
+    state = o.save(0, 2)  # after epoch 1's last batch: the start of epoch 2
+    assert state["mix"]["draws_before"] == dict(zip(mix.names, mix.draws_before(2)))
+
+
+def test_sources_given_in_another_order_are_refused_even_at_a_boundary():
+    """Their classes would change index: a model's label 0 would mean another class."""
+    def classed(names):
+        return Mix({n: Classed(n, SIZES[n], CLASSES[n]) for n in names}, epoch_size=60)
+    saved = {"epoch": 1, **order(classed(["big", "web"])).save(0, 1)}
+    with pytest.raises(ValueError, match="classes changed order .*class 'cat' was label 0"):
+        order(classed(["web", "big"])).restore(saved)
+    assert order(classed(["big", "web", "small"])).restore(saved) == 0  # new classes after the old: fine
+
+
+def test_keys_that_would_overflow_64_bits_are_refused():
+    with pytest.raises(ValueError, match="overflow 64 bits"):
+        make_mix(None, epoch_size=6 * 10**9, sizes={"huge": 4 * 10**9, "one": 1})
 
 
 def test_a_resume_position_is_refused_under_another_mix_mid_epoch_but_not_at_a_boundary():
     mix = make_mix(A)
     o = order(mix, world=2)
     mid = {"epoch": 1, **o.save(o.offset_after(0, 2), 1)}
-    with pytest.raises(ValueError, match=r"other weights .*resume at an epoch boundary"):
+    with pytest.raises(ValueError, match=r"other per-source counts \(weights\) .*resume at an epoch boundary"):
         order(make_mix(B), world=3).restore(mid)
+    scaled = {name: 100 * w for name, w in A.items()}  # the same counts: the same samples
+    assert order(make_mix(scaled), world=3).restore(mid) == o.offset_after(0, 2)
     with pytest.raises(ValueError, match="other epoch_size"):
         order(make_mix(A, epoch_size=61)).restore(mid)
     with pytest.raises(ValueError, match="other sources"):
-        order(make_mix(A and {"big": 1, "web": 1}, sizes={"big": 53, "web": 31})).restore(mid)
+        order(make_mix({"big": 1, "web": 1}, sizes={"big": 53, "web": 31})).restore(mid)
     with pytest.raises(ValueError, match="other source records"):
         order(make_mix(A, sizes={**SIZES, "web": 32})).restore(mid)
     boundary = {"epoch": 2, **o.save(0, 2)}
@@ -173,8 +209,12 @@ def test_the_position_sent_to_dali_workers_carries_the_resumed_draws():
     assert list(o.rank_indices(2)) != epoch_keys(mix, 2)
 
 
-def test_an_unshuffled_mix_reads_each_source_in_order():
+def test_an_unshuffled_mix_reads_each_source_in_order_with_the_same_pattern_every_epoch():
     mix = make_mix(None, epoch_size=sum(SIZES.values()))
     got = decoded(mix, epoch_keys(mix, 0, shuffle=False))
     for name, size in SIZES.items():
         assert [r for n, r in got if n == name] == list(range(size))
+    again = decoded(mix, epoch_keys(mix, 1, shuffle=False))
+    assert [n for n, _ in again] == [n for n, _ in got]
+    shuffled = [decoded(mix, epoch_keys(mix, e)) for e in (0, 1)]
+    assert [n for n, _ in shuffled[0]] != [n for n, _ in shuffled[1]]

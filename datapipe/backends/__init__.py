@@ -93,7 +93,7 @@ def make_order(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochO
         sampling = "shards" if dataset.location.remote else "global"
     if sampling == "global":
         if dataset.location.remote:
-            dataset.location.cache.require(sum(s["bytes"] for s in dataset.shard_entries()),
+            dataset.location.cache.require(dataset.shard_entries().total_bytes,
                                            "sampling='global' reads from every shard all epoch long: its shards")
         return EpochOrder(len(dataset), options.batch_size, shard, options.seed, shuffle=options.train,
                           drop_last=options.drop_last, repeats=options.recipe.aug_repeats if options.train else 1)
@@ -109,7 +109,7 @@ def make_order(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochO
     mix = options.mix_shards or (1 if dataset.shuffled_at_write else ShardOrder.mix_shards)
     if dataset.location.remote:
         cache = dataset.location.cache
-        biggest = max(s["bytes"] for s in dataset.shard_entries())
+        biggest = dataset.shard_entries().largest
         ranks, held = local_world_size() or 1, shards_held(options, [int(n) for n in sizes()], mix)
         cache.require(ranks * held * biggest,
                       f"{ranks} rank(s) on this node, each holding {held} shards at once (those its workers' "
@@ -131,13 +131,13 @@ def mix_order(dataset: MixDataset, options: LoaderOptions, shard: Shard) -> MixO
         # datapipe's own shards were shuffled when written: shard by shard is already mixed (as make_order's)
         blocks.append(options.mix_shards or (1 if source.shuffled_at_write else ShardOrder.mix_shards))
         if source.location.remote and sizes[-1] is None:
-            source.location.cache.require(sum(s["bytes"] for s in source.shard_entries()),
+            source.location.cache.require(source.shard_entries().total_bytes,
                                           f"a Mix reads from every shard of {source} all epoch long (sampling="
                                           f"{options.sampling!r}): its shards")
         elif source.location.remote:
             windows.append((source, blocks[-1]))
     for source, block in windows:  # the node's ranks read the same window of the stream: two blocks, what's in flight
-        biggest = max(s["bytes"] for s in source.shard_entries())
+        biggest = source.shard_entries().largest
         held = 2 * block + shards_held(options, [int(n) for n in source.shard_sizes()], 1)
         source.location.cache.require(held * biggest, f"a Mix reads {source} shard by shard: about {held} shards at "
                                                       f"once (2 blocks of {block} and what batches in flight span)")
@@ -186,6 +186,7 @@ def make_loader(source: "str | Path | Dataset | Mix", *, split: str = "train", b
     if sha256 is not None and isinstance(source, Dataset):
         raise ValueError("sha256= checks a file before it is opened: pass the dataset's path, not an opened Dataset")
     if isinstance(source, Mix):
+        source.refuse_other_opening(options.cache_dir, options.cache_limit, sha256)
         dataset: Dataset = MixDataset(source)
     else:
         dataset = source if isinstance(source, Dataset) else open_dataset(

@@ -10,7 +10,9 @@ caption as UTF-8, as img2dataset writes it, so webdataset and open_clip readers 
 
 This module reads them by random access: `{split}.offsets.npy` holds where each sample starts in its
 shard (8 bytes a record, memory-mapped, so every process and worker shares one copy), one pread
-reads a sample's span and its members are parsed from their tar headers. Shards are opened through
+reads a sample's span and its members are parsed from their tar headers. The shards themselves
+(samples, bytes, sha256 of each) are in `{split}.shards.bin`, read a block at a time
+(`shard_table`; a manifest before version 3 lists them). Shards are opened through
 a bounded LRU (`datapipe.storage.files`), from the disk or, for a URL, from the shard cache; a URL's
 offsets file is never fetched: each shard's sample starts come from its own tar headers (`ShardStarts`).
 """
@@ -25,14 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from ..durable import open_own
+from ..durable import atomic_write, open_own
 from ..errors import summary
 from ..headers import image_ext
-from ..records import MANIFEST_NAME, Manifest, Record
+from ..records import MANIFEST_NAME, TABLE_VERSION, Manifest, Record
 from ..storage import Location
 from ..storage.files import MAX_OPEN, MAX_OPEN_CACHED, ShardFiles
 from .base import (Dataset, DatasetReplaced, Identity, PerProcess, Writer, read_dir_manifest, record_from_meta,
                    record_meta, write_dir_manifest)
+from .shard_table import ShardList, shard_list, table_file
 from .tar import BLOCK, END_OF_ARCHIVE, IDX_VERSION, members, member_header, padded
 from .wds_index import ShardStarts, SpanIndex, idx_name, load_offsets, shard_name, write_offsets
 
@@ -72,15 +75,18 @@ class WdsDataset(Dataset):
             self.identity = Identity.take(path, Path(path) / MANIFEST_NAME, manifest, read_manifest)
         self.fingerprint = manifest.content_digest(split)
         self.fields = tuple(info.fields)
+        self.shards: ShardList = shard_list(self.location, split, info,
+                                            None if self.identity is None else self.identity.check)
         if self.location.remote:  # each shard's starts from its own headers: no offsets file to fetch at open
-            self.index = SpanIndex(info.shards, shard_starts=ShardStarts(self.location, info.shards))
+            self.index = SpanIndex(self.shards, shard_starts=ShardStarts(self.location, self.shards))
         else:
-            self.index = SpanIndex(info.shards, functools.partial(load_offsets, self.location, split, info))
+            self.index = SpanIndex(self.shards, functools.partial(load_offsets, self.location, split, info,
+                                                                  self.shards))
         if len(self.index) != info.samples:
             raise ValueError(f"{self.location.describe()}: the index of split {split!r} lists {len(self.index)} "
                              f"samples, the manifest {info.samples}; run `datapipe verify` or re-convert")
-        self._shards = info.shards
-        self._where: dict[int, str] = {}  # shard number -> its name in messages (a URL redacted), once used
+        self._where: dict[int, tuple[str, str]] = {}  # shard number -> its name, and as messages give it (a URL
+        # redacted), once used
         self.positions = RecordPositions(info.skipped)
         self._files = PerProcess(functools.partial(ShardFiles, self._open_shard,
                                                    max_open=MAX_OPEN_CACHED if self.location.remote else MAX_OPEN))
@@ -88,8 +94,12 @@ class WdsDataset(Dataset):
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_where": {}}  # a worker names the shards it reads itself
 
+    def _named(self, number: int) -> tuple[str, str]:
+        name = self.shards.entry(number)["name"]
+        return self._where.setdefault(number, (name, self.location.describe(name)))
+
     def _open_shard(self, number: int) -> int:
-        s = self._shards[number]
+        s = self.shards.entry(number)
         fd = self.location.open(s["name"], size=s["bytes"], sha256=s.get("sha256"))
         if self.identity is not None:
             try:
@@ -99,26 +109,26 @@ class WdsDataset(Dataset):
                 raise
         return fd
 
-    def shard_entries(self) -> list[dict[str, Any]]:
-        """The manifest's entry (name, samples, bytes, sha256) of each shard."""
-        return self._shards
+    def shard_entries(self) -> ShardList:
+        """Each shard's entry (name, samples, bytes, sha256), read when asked for (`len`, `[k]`, iteration),
+        and their totals (`total_bytes`, `largest`)."""
+        return self.shards
 
     def shard_sizes(self) -> np.ndarray:
         """Samples per shard, in record order (for shard-wise sampling)."""
-        return np.diff(self.index.first)
+        return self.shards.sizes()
 
     def read_ahead(self, shards: list[int]) -> None:
         """Start fetching these shards (by number) if they are remote and not cached yet."""
-        self.location.prefetch([(self._shards[n]["name"], self._shards[n]["bytes"], self._shards[n].get("sha256"))
-                                for n in shards])
+        entries = [self.shards.entry(n) for n in shards]
+        self.location.prefetch([(s["name"], s["bytes"], s.get("sha256")) for s in entries])
 
     def _read(self, index: int) -> Record:
         files = self._files.get()
         if self.index.shard_starts is not None:  # opened (the oldest let go) before its starts are walked:
             files.fd(self.index.shard_of(index))  # the walk pins no copy beyond those the LRU holds
         number, start, end = self.index.span(index)
-        shard = self.index.names[number]
-        where = self._where.get(number) or self._where.setdefault(number, self.location.describe(shard))
+        shard, where = self._where.get(number) or self._named(number)
         parts = members(files.pread(number, end - start, start), where)
         data = next((v for k, (_, v) in parts.items() if k not in _NOT_IMAGE), None)
         if data is None or not {"cls", "i64", "json"} <= parts.keys():
@@ -244,8 +254,12 @@ class WdsWriter(Writer):
             self.shards.setdefault(split, []).append(shard.finish())
         self._open = {}
         for split, info in manifest.splits.items():
-            info.shards = self.shards.get(split, [])
-            info.index = write_offsets(self.staging, split, info.shards)
+            shards = self.shards.get(split, [])
+            info.index = write_offsets(self.staging, split, shards)
+            name, blob, info.table = table_file(split, shards)
+            with atomic_write(self.staging / name, needs=len(blob)) as fh:
+                fh.write(blob)
+        manifest.version = TABLE_VERSION
         write_dir_manifest(self.staging, manifest)
 
     def abort(self) -> None:

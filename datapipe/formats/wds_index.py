@@ -20,6 +20,7 @@ from ..dataset_files import index_limit
 from ..durable import atomic_write
 from ..records import SplitInfo
 from ..storage import Location
+from .shard_table import ShardList
 from .tar import BLOCK, END_OF_ARCHIVE, IDX_VERSION, sample_starts_from_headers
 
 STARTS_HELD = 1 << 20  # a remote split's sample starts a process keeps, of the shards read last (<= 4 MiB)
@@ -52,21 +53,19 @@ def sample_starts(idx_text: str, where: str = "index") -> np.ndarray:
 
 
 class SpanIndex:
-    """Record i -> (shard number, start, end) of its members; the shard boundaries from the manifest.
-    Where each sample starts: from `{split}.offsets.npy` through `opener`, memory-mapped and shared
-    through the page cache (a pickled index carries `opener`, which maps it again, never the offsets);
-    or, without one, per shard from `shard_starts` (a remote split's `ShardStarts`)."""
+    """Record i -> (shard number, start, end) of its members; the shard boundaries from the split's
+    shards (`shard_table.ShardList`). Where each sample starts: from `{split}.offsets.npy` through
+    `opener`, memory-mapped and shared through the page cache (a pickled index carries `opener`, which
+    maps it again, never the offsets); or, without one, per shard from `shard_starts` (a remote
+    split's `ShardStarts`)."""
 
-    def __init__(self, shards: list[dict[str, Any]], opener: Callable[[], np.ndarray] | None = None,
+    def __init__(self, shards: ShardList, opener: Callable[[], np.ndarray] | None = None,
                  shard_starts: Callable[[int], np.ndarray] | None = None) -> None:
-        counts = np.array([s["samples"] for s in shards], dtype=np.int64)
-        self.first = np.concatenate([[0], np.cumsum(counts)])  # record number of each shard's first sample
-        self.data_end = np.array([s["bytes"] - END_OF_ARCHIVE for s in shards], dtype=np.int64)
-        self.names = [s["name"] for s in shards]
+        self.shards = shards
         self.opener, self.shard_starts = opener, shard_starts
         self.starts = opener() if opener is not None else None
-        if self.starts is not None and len(self.starts) != self.first[-1]:
-            raise ValueError(f"the offsets list {len(self.starts)} samples, the shards {int(self.first[-1])}")
+        if self.starts is not None and len(self.starts) != shards.records:
+            raise ValueError(f"the offsets list {len(self.starts)} samples, the shards {shards.records}")
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "starts": None}
@@ -76,17 +75,17 @@ class SpanIndex:
         self.starts = self.opener() if self.opener is not None else None
 
     def __len__(self) -> int:
-        return int(self.first[-1])
+        return self.shards.records
 
     def shard_of(self, index: int) -> int:
-        return int(np.searchsorted(self.first, index, side="right")) - 1
+        return self.shards.shard_of(index)
 
     def span(self, index: int) -> tuple[int, int, int]:
         number = self.shard_of(index)
-        first, last = int(self.first[number]), int(self.first[number + 1])
+        first, last = self.shards.first(number), self.shards.first(number + 1)
         starts, at = (self.starts, index) if self.starts is not None else (self.shard_starts(number), index - first)
         start = int(starts[at])
-        end = int(starts[at + 1]) if index + 1 < last else int(self.data_end[number])
+        end = int(starts[at + 1]) if index + 1 < last else int(self.shards.entry(number)["bytes"]) - END_OF_ARCHIVE
         return number, start, end
 
 
@@ -99,8 +98,8 @@ class ShardStarts:
     through the cache itself (a thread's shard-file LRU is its own); a reader opens it through its
     LRU first (`WdsDataset._read`), so the walk pins no copy beyond those the LRU holds."""
 
-    def __init__(self, location: Location, shards: list[dict[str, Any]]) -> None:
-        self.location, self.shards = location, shards  # the manifest's entries: name, samples, bytes, sha256
+    def __init__(self, location: Location, shards: ShardList) -> None:
+        self.location, self.shards = location, shards  # each shard's name, samples, bytes, sha256
         self.__setstate__({})
 
     def __getstate__(self) -> dict[str, Any]:
@@ -118,7 +117,7 @@ class ShardStarts:
             if number in self._held:
                 self._held.move_to_end(number)
                 return self._held[number]
-        entry = self.shards[number]
+        entry = self.shards.entry(number)
         name, size = entry["name"], int(entry["bytes"])
         fd = self.location.open(name, size=size, sha256=entry.get("sha256"))
         try:
@@ -154,12 +153,12 @@ def check_offsets_header(fh: Any, samples: int, where: str) -> int:
     return start
 
 
-def load_offsets(location: Location, split: str, info: SplitInfo) -> np.ndarray:
+def load_offsets(location: Location, split: str, info: SplitInfo, shards: ShardList) -> np.ndarray:
     """The split's offsets file of a local dataset, memory-mapped: every process on a node shares the
     one copy in the page cache, no private byte a record. From the shards' `.idx` files for datasets
     converted before there was one (slower: a parse of every index line, and the offsets in memory,
     8 bytes a record). The file's header is checked first."""
-    samples = sum(int(s["samples"]) for s in info.shards)
+    samples = shards.records
     if info.index:
         name = info.index["name"]
         # a manifest without the index's size or digest (older, or crafted): checked for what it gives
@@ -169,7 +168,6 @@ def load_offsets(location: Location, split: str, info: SplitInfo) -> np.ndarray:
             if not samples:
                 return np.zeros(0, np.int64)
             return np.memmap(fh, dtype="<i8", mode="r", offset=start, shape=(samples,))  # mmap holds its own fd
-    shards = info.shards
     parts = [sample_starts(location.read_bytes(idx_name(s["name"]), limit=index_limit(_shard_bytes(location, s)),
                                                what="DALI index").decode("ascii", "replace"),
                            location.describe(idx_name(s["name"]))) for s in shards]

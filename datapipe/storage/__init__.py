@@ -50,6 +50,14 @@ class Location:
             raise FileNotFoundError(f"{self.describe(name)} does not exist")
         return data
 
+    def read_ranges(self, name: str, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """The bytes of `name` in each (start, length) range (fewer where the file is shorter)."""
+        fd = os.open(self.file(name), os.O_RDONLY)
+        try:
+            return [os.pread(fd, length, start) for start, length in ranges]
+        finally:
+            os.close(fd)
+
     def open(self, name: str, *, size: int | None = None, sha256: str | None = None) -> int:
         """A read-only file descriptor of `name`; the caller closes it."""
         return os.open(self.file(name), os.O_RDONLY)
@@ -74,6 +82,11 @@ class RemoteLocation(Location):
 
     def read_bytes(self, name: str, *, limit: int, what: str) -> bytes:
         return self.store.read(self.checked(name), limit=limit, what=what)
+
+    def read_ranges(self, name: str, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """Bytes of `name` in the store, by ranged requests in one call (not through the cache: the
+        caller checks them)."""
+        return self.store.read_ranges(self.checked(name), ranges)
 
     def open(self, name: str, *, size: int | None = None, sha256: str | None = None) -> int:
         """A descriptor of the cached copy (downloaded first if need be), pinned until closed."""

@@ -45,7 +45,7 @@ class TrainConfig:
     `lr` and `weight_decay` left None take the optimizer's defaults (OPTIMIZERS); `recipe` is a
     datapipe.Recipe or a preset name (datapipe.augment.PRESETS)."""
 
-    data: Any  # a path, or several: their mix (datapipe.Mix, named by cli_mix.source_names) with weights, epoch_size
+    data: Any  # a path, or several: their mix (datapipe.Mix, named by mix.source_names) with weights, epoch_size
     out: str
     model: str = "resnet50"
     epochs: int = 1

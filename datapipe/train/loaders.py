@@ -8,9 +8,8 @@ from typing import Any
 import torch
 
 from ..backends import Loader, make_loader
-from ..cli_mix import mix_source, source_names
 from ..formats import open_dataset
-from ..mix import Mix
+from ..mix import Mix, mix_source, source_names
 from ..records import SplitNotFound
 from .config import TrainConfig
 

@@ -126,7 +126,7 @@ def test_a_mid_epoch_resume_under_other_weights_is_refused_in_one_line(sources):
     next(it)
     state = loader.state_dict()
     other = make_loader(mix_of(sources, weights={"lm": 1, "wd": 1, "fo": 1}), backend="threads", **OPTIONS)
-    with pytest.raises(ValueError, match=r"^cannot resume mid-epoch: the state was saved with other weights") as err:
+    with pytest.raises(ValueError, match=r"^cannot resume mid-epoch: the state was saved with other per-source counts") as err:
         other.load_state_dict(state)
     assert "\n" not in str(err.value)
     single = make_loader(sources["lm"], backend="threads", batch_size=4, image_size=SIZE)
@@ -265,3 +265,17 @@ def test_progressive_resizing_over_a_mix(sources):
     for _ in range(2):
         sizes.append(next(iter(loader)).images.shape[-1])
     assert sizes == [16, 24]
+
+
+def test_numpy_weights_are_numbers(sources):
+    mix = mix_of(sources, weights={"lm": np.float32(0.5), "wd": np.int64(3), "fo": 0.2})
+    assert sum(mix.counts(0)) == 30
+
+
+def test_cache_options_belong_to_the_mix_not_to_make_loader(sources, tmp_path):
+    with pytest.raises(ValueError, match=r"give cache_dir= and cache_limit= to Mix\(\.\.\.\)"):
+        make_loader(mix_of(sources), backend="threads", cache_dir=str(tmp_path), **OPTIONS)
+    with pytest.raises(ValueError, match="sha256= checks one dataset file"):
+        make_loader(mix_of(sources), backend="threads", sha256="0" * 64, **OPTIONS)
+    mix = Mix(dict(sources), cache_dir=str(tmp_path))
+    assert make_loader(mix, backend="threads", cache_dir=str(tmp_path), **OPTIONS).mix is mix

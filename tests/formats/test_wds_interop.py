@@ -12,7 +12,7 @@ from tests.conftest import IMAGEFOLDER
 def shards(tmp_path_factory):
     dst = tmp_path_factory.mktemp("wds") / "fixture.wds"
     convert(IMAGEFOLDER, dst, ConvertOptions(progress=False, workers=1, shard_bytes=64 << 10))
-    names = [s["name"] for s in read_manifest(dst).splits["train"].shards]
+    names = [s["name"] for s in open_dataset(dst).shard_entries()]
     assert len(names) >= 2
     ds = open_dataset(dst, "train")
     return dst, names, {ds.record(i).key: ds.record(i) for i in range(len(ds))}

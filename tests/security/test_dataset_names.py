@@ -15,6 +15,7 @@ from datapipe.names import UnsafeName, check_name
 from datapipe.storage import RemoteStore, ShardCache, StoreError
 
 from tests.security.conftest import isolated_cache, upload_folder
+from tests.shard_tables import list_shards
 
 OLD = 1_000_000_000  # an mtime (seconds) no test run has
 
@@ -25,6 +26,8 @@ def crafted(packed_wds, tmp_path, edit) -> tuple:
     shutil.copytree(packed_wds, folder)
     body = json.loads((folder / "manifest.json").read_text())
     index = dict(body["splits"]["train"]["index"])
+    if getattr(edit, "listed", False):  # a dataset from before the shard table: its manifest names each shard
+        list_shards(folder, body)
     edit(body)
     (folder / "manifest.json").write_text(json.dumps(body))
     return folder, index
@@ -91,8 +94,9 @@ def test_the_cache_names_its_files_safely_whatever_name_it_is_given(s3, tmp_path
 def edit_entry(split, field, value):
     def edit(body):
         info = body["splits"][split]
-        entry = info["index"] if field.startswith("index.") else info["shards"][0]
+        entry = info["shards"][0] if edit.listed else info[field.split(".")[0]]
         entry[field.split(".")[-1]] = value
+    edit.listed = field.startswith("shards.")
     return edit
 
 
@@ -111,8 +115,12 @@ def rename_split(body):
     (edit_entry("train", "shards.sha256", "../../../x"), r"shards\[0\]\.sha256", False),
     (edit_entry("train", "shards.bytes", "../x"), r"shards\[0\]\.bytes", False),
     (rename_split, "split name", False),
+    (edit_entry("train", "table.name", "../outside/train.shards.bin"), r"splits\['train'\]\.table\.name", True),
+    (edit_entry("train", "table.name", "OUTSIDE/train.shards.bin"), r"splits\['train'\]\.table\.name", True),
+    (edit_entry("train", "table.head_sha256", "../../../x"), r"table\.head_sha256", False),
+    (edit_entry("train", "table.shards", -1), r"table\.shards", False),
 ], ids=["index-up", "index-absolute", "shard-up", "shard-absolute", "backslash", "nul", "long", "digest", "size",
-        "split"])
+        "split", "table-up", "table-absolute", "table-digest", "table-count"])
 def test_a_local_manifest_names_nothing_outside_the_dataset(packed_wds, tmp_path, edit, field, outside):
     outside_dir = tmp_path / "outside"
     shutil.copytree(packed_wds, outside_dir)  # what a crafted name points at: readable data, as an attacker would
@@ -125,6 +133,7 @@ def test_a_local_manifest_names_nothing_outside_the_dataset(packed_wds, tmp_path
         body.clear()
         body.update(json.loads(text))
 
+    absolute.listed = getattr(edit, "listed", False)
     folder, _ = crafted(packed_wds, tmp_path, absolute)
     with pytest.raises(ValueError, match=field):
         ds = open_dataset(folder, "train")

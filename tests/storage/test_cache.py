@@ -24,6 +24,7 @@ from datapipe.storage import CacheFull, RemoteStore, ShardCache, StoreError
 from datapipe.storage.cache import STALE_PART_S
 from datapipe.storage.cachedir import default_cache_dir, filesystem_type, warn_if_network
 from datapipe.storage.isolate import call_in_child, forks_nothing
+from tests.shard_tables import edit_shards
 from tests.storage.conftest import serve, stop_serving, upload_folder
 
 FILE_BYTES = 48 << 10
@@ -208,7 +209,7 @@ def test_two_hosts_sharing_a_folder_never_delete_each_others_downloads(s3_wds, t
 
 def test_a_dataset_converted_again_to_the_same_url_is_never_served_from_the_old_copy(s3_wds, packed_wds, tmp_path):
     old = open_dataset(s3_wds)
-    first = int(old.index.first[1])  # the first record of shard 1
+    first = old.shard_entries().first(1)  # the first record of shard 1
     before = old.record(first).data  # shard 1 is now cached
     again = tmp_path / "again.wds"
     shutil.copytree(packed_wds, again)
@@ -218,7 +219,7 @@ def test_a_dataset_converted_again_to_the_same_url_is_never_served_from_the_old_
     blob[at] ^= 0xFF  # the same size, another image: only the digest tells them apart
     shard.write_bytes(bytes(blob))
     manifest = json.loads((again / "manifest.json").read_text())
-    manifest["splits"]["train"]["shards"][1]["sha256"] = hashlib.sha256(blob).hexdigest()
+    edit_shards(again, manifest, lambda shards: shards[1].update(sha256=hashlib.sha256(blob).hexdigest()))
     (again / "manifest.json").write_text(json.dumps(manifest))
     upload_folder(again, s3_wds)
     served = open_dataset(s3_wds).record(first).data

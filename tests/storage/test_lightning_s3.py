@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from datapipe import open_dataset
+from tests.conftest import installed
 from tests.storage.conftest import upload_folder
 from tests.trainers.served import check_epochs, run_script
 
@@ -17,7 +18,8 @@ TRAINERS = Path(__file__).parents[1] / "trainers"
 
 @pytest.mark.parametrize("start_method", [None, "fork"])  # None: workers start as the rank did (spawn)
 def test_an_s3_dataset_under_lightning_ddp_spawn_with_two_workers_per_rank(s3, packed_wds, tmp_path, start_method):
-    pytest.importorskip("pytorch_lightning")
+    if not installed("pytorch_lightning"):  # found, not imported: the ranks import it, not this process
+        pytest.skip("pytorch_lightning is not installed")
     url = s3.bucket("lightning-spawn") + "/fixture.wds"
     upload_folder(packed_wds, url)
     args = ["--strategy", "ddp_spawn", "--workers", "2", "--epochs", "2"]
@@ -27,7 +29,8 @@ def test_an_s3_dataset_under_lightning_ddp_spawn_with_two_workers_per_rank(s3, p
 
 
 def test_an_s3_dataset_under_accelerate_notebook_launcher_forked_ranks(s3, packed_wds, tmp_path):
-    pytest.importorskip("accelerate")
+    if not installed("accelerate"):  # found, not imported: the ranks import it, not this process
+        pytest.skip("accelerate is not installed")
     url = s3.bucket("accelerate-fork") + "/fixture.wds"
     upload_folder(packed_wds, url)
     ranks = run_script(TRAINERS / "accelerate_run.py", url, tmp_path / "run", "--workers", "2", "--epochs", "2",

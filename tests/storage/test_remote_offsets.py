@@ -13,6 +13,7 @@ import pytest
 
 from datapipe.formats import open_dataset, wds_index
 from datapipe.formats.tar import BLOCK
+from tests.shard_tables import edit_shards, shard_entries
 from tests.storage.conftest import upload_folder
 
 
@@ -71,23 +72,24 @@ def test_a_remote_split_converted_before_the_offsets_file_opens_without_any_idx(
 
 
 def shift_one_sample(by: int):
-    def edit(folder, body):
-        """Shard 0 listed with `by` samples more, shard 1 with `by` fewer: the total still matches."""
-        shards = body["splits"]["train"]["shards"]
+    def shift(shards):
         shards[0]["samples"] += by
         shards[1]["samples"] -= by
+
+    def edit(folder, body):
+        """Shard 0 listed with `by` samples more, shard 1 with `by` fewer: the total still matches."""
+        edit_shards(folder, body, shift)
     return edit
 
 
 def zero_a_header(folder, body):
     """The second sample's first header zeroed in shard 0 (an early end of archive), its sha256 updated."""
-    entry = body["splits"]["train"]["shards"][0]
-    path = folder / entry["name"]
+    path = folder / shard_entries(folder)[0]["name"]
     blob = bytearray(path.read_bytes())
     second = int(np.load(folder / "train.offsets.npy")[1])
     blob[second:second + BLOCK] = bytes(BLOCK)
+    edit_shards(folder, body, lambda shards: shards[0].update(sha256=hashlib.sha256(blob).hexdigest()))
     path.write_bytes(bytes(blob))
-    entry["sha256"] = hashlib.sha256(blob).hexdigest()
 
 
 @pytest.mark.parametrize("edit, error", [
@@ -101,5 +103,5 @@ def test_a_shard_whose_headers_disagree_with_the_manifest_is_refused_in_one_line
     upload_folder(edited_copy(packed_wds, tmp_path, edit), url)
     ds = open_dataset(url)
     with pytest.raises(ValueError, match=rf"^{url}/train-000000\.tar: {error}") as caught:
-        [ds.record(i) for i in range(int(ds.index.first[1]) + 1)]
+        [ds.record(i) for i in range(ds.shard_entries().first(1) + 1)]
     assert "\n" not in str(caught.value)

@@ -1,6 +1,5 @@
 """The reference loop on CPU: it learns, DDP keeps ranks identical, resume equals an unbroken run."""
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -9,9 +8,11 @@ import torch
 
 from datapipe.train import train
 from datapipe.train.checkpoint import load
+from tests.processes import run_in_session
 from tests.train.support import config, free_port, strict_json_lines
 
 ROOT = Path(__file__).resolve().parents[2]
+HANG_S = 300  # each run takes 15-45 s here; past this it hangs, and the failure shows every process's stacks
 
 
 def test_a_few_epochs_learn_clearly_above_chance(learnable, tmp_path):
@@ -80,8 +81,7 @@ def test_two_process_gloo_run_through_torchrun_ends_with_identical_weights(learn
            "--master_port", str(port),
            "-m", "datapipe", "train", learnable, "--model", "resnet18", "--epochs", "2", "--batch-size", "6",
            "--image-size", "32", "--lr", "0.05", "--workers", "1", "--backend", "dataloader", "--out", str(tmp_path)]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_in_session(cmd, HANG_S, cwd=ROOT)
     summary = json.loads((tmp_path / "summary.json").read_text())
     digests = summary["weights_digest_per_rank"]
     assert len(digests) == 2 and digests[0] == digests[1]
@@ -100,15 +100,12 @@ def test_two_rank_dali_run_over_uneven_shards_then_elastic_resume_on_one(packed_
               "--image-size", "32", "--lr", "0.05", "--workers", "1", "--backend", "dali", "--out", str(tmp_path)]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(port), *common, "--max-steps", "1"]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_in_session(cmd, HANG_S, cwd=ROOT)
     stopped = load(tmp_path / "last.pt")
     # 26 of 27 records served: at world size 2 with drop_last no batch is left, so the loader stands at epoch 1
     assert stopped["world_size"] == 2 and stopped["epoch"] == 0
     assert (stopped["loader"]["epoch"], stopped["loader"]["samples_done"]) == (1, 0)
-    done = subprocess.run([sys.executable, *common, "--resume", str(tmp_path / "last.pt")], capture_output=True,
-                          text=True, cwd=ROOT, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_in_session([sys.executable, *common, "--resume", str(tmp_path / "last.pt")], HANG_S, cwd=ROOT)
     metrics = strict_json_lines(tmp_path / "metrics.jsonl")
     assert [m["epoch"] for m in metrics] == [0, 1] and metrics[1]["world_size"] == 1
     # steps are recounted at the new world size (27 // 13 = 2 per epoch): epoch 0 was done, so 2 + 2

@@ -2,15 +2,19 @@
 loader as it is, registered for checkpointing. Each rank writes what it was served to
 OUT/served-rank{r}.jsonl; state is saved mid-epoch and at an epoch's end with save_state.
 
-python accelerate_run.py DATA OUT [--resume DIR] [--save-step N] [--save-epoch E] [--prepare-loader]
-    [--workers N]
-(2 CPU processes through accelerate.notebook_launcher: `accelerate launch --cpu` starts one, or needs MPI)
+python accelerate_run.py DATA OUT [--resume DIR] [--save-step N] [--save-epoch E] [--max-steps N]
+    [--prepare-loader] [--workers N] [--processes N] [--then DATA OUT ...]
+(CPU processes, 2 by default, through accelerate.notebook_launcher: `accelerate launch --cpu` starts one, or
+needs MPI). DATA: a dataset, or mix:NAME=PATH,... (tests/trainers/mixed.py: each batch's sources, labels and
+per-sample pixel sums are written too). Each `--then` starts another launch, with its own arguments, once
+the one before has ended (its processes forked from this one: no second start-up).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import socket
+import sys
 from pathlib import Path
 
 import torch
@@ -18,11 +22,16 @@ from accelerate import Accelerator, notebook_launcher
 
 import datapipe
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.trainers.mixed import FIELDS, batch_log, data_of  # noqa: E402
+
 
 def train(args: argparse.Namespace) -> None:
     out = Path(args.out)
     accelerator = Accelerator(cpu=True)
-    loader = datapipe.make_loader(args.data, split="train", batch_size=4, train=True, image_size=16,
+    data = data_of(args.data)
+    fields = FIELDS if isinstance(data, datapipe.Mix) else ("image", "label")
+    loader = datapipe.make_loader(data, split="train", batch_size=4, train=True, image_size=16, fields=fields,
                                   num_workers=args.workers)
     model = torch.nn.Linear(3, 3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -37,16 +46,22 @@ def train(args: argparse.Namespace) -> None:
     log.write(json.dumps({"epoch_start": loader.epoch, "len": len(loader), "world": accelerator.num_processes}) + "\n")
     step = loader.epoch * len(loader) + loader.batches_done
     for epoch in range(loader.epoch, args.epochs):
-        for images, labels, indices in loader:
+        for batch in loader:
+            images, labels, indices = batch.images, batch.labels, batch.indices
             loss = torch.nn.functional.cross_entropy(model(images.mean(dim=(2, 3))), labels)
             accelerator.backward(loss)
             optimizer.step()
             optimizer.zero_grad()
             log.write(json.dumps({"epoch": epoch, "step": step, "indices": indices.tolist(),
-                                  "pixels": float(images.sum())}) + "\n")
+                                  "pixels": float(images.sum()), **(batch_log(batch, loader) if loader.mix else {})})
+                      + "\n")
             step += 1
             if step == args.save_step:
                 accelerator.save_state(str(out / "mid"))
+            if step == args.max_steps:
+                break
+        if step == args.max_steps:
+            break
         if epoch == args.save_epoch:
             accelerator.save_state(str(out / "epoch-end"))
     log.close()
@@ -62,11 +77,20 @@ def main() -> None:
     parser.add_argument("--resume")
     parser.add_argument("--save-step", type=int)
     parser.add_argument("--save-epoch", type=int)
+    parser.add_argument("--max-steps", type=int, help="stop after this step (a --save-step there is saved first)")
     parser.add_argument("--prepare-loader", action="store_true")
-    with socket.socket() as probe:  # a free port on loopback
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    notebook_launcher(train, args=(parser.parse_args(),), num_processes=2, use_port=str(port))
+    parser.add_argument("--processes", type=int, default=2)
+    import torch._dynamo  # noqa: F401  (DistributedDataParallel, through prepare, imports it: ~2 s in each rank,
+    # once here instead, before the launches fork the ranks)
+    launches = [[]]
+    for arg in sys.argv[1:]:
+        launches.append([]) if arg == "--then" else launches[-1].append(arg)
+    for argv in launches:
+        args = parser.parse_args(argv)
+        with socket.socket() as probe:  # a free port on loopback
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        notebook_launcher(train, args=(args,), num_processes=args.processes, use_port=str(port))
 
 
 if __name__ == "__main__":

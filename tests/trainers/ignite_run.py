@@ -2,8 +2,10 @@
 run it and resumed from its own checkpoints, with Engine and with DeterministicEngine. Each rank
 appends what every iteration trained on to OUT/served-rank{r}.jsonl: the run it belongs to, Ignite's
 epoch and iteration, the loader's epoch and batches done after that batch, the labels and the pixel sum.
+Given MIX (mix:NAME=PATH,..., tests/trainers/mixed.py), Engine's whole run and its mid-epoch resumption
+over that Mix follow, in the same launch.
 
-python ignite_run.py DATA OUT
+python ignite_run.py DATA OUT [MIX]
 """
 from __future__ import annotations
 
@@ -16,7 +18,10 @@ import torch
 from ignite.engine import Events
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs" / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from ignite_train import setup  # noqa: E402  (the example script, as the page quotes it)
+
+from tests.trainers.mixed import data_of  # noqa: E402
 
 MID_STEP = 6  # epoch 1 (0-based) after 2 of its 4 batches
 EPOCH_END_STEP = 4  # the end of epoch 0
@@ -56,10 +61,15 @@ def training(local_rank: int, args: dict) -> None:
     engine_mid = str(Path(args["out"]) / "engine" / f"checkpoint_{MID_STEP}.pt")
     deterministic = {**config, "out": str(Path(args["out"]) / "naive")}
     run(deterministic, "naive", resume=str(out / f"checkpoint_{MID_STEP}.pt"), restore_loader=engine_mid)
+    if args["mix"]:
+        mix = {**config, "data": data_of(args["mix"]), "deterministic": False, "out": str(Path(args["out"]) / "mix")}
+        run(mix, "mix/whole")
+        idist.barrier()
+        run(mix, f"mix/resumed-{MID_STEP}", resume=str(Path(mix["out"]) / f"checkpoint_{MID_STEP}.pt"))
 
 
 if __name__ == "__main__":
-    data, out = sys.argv[1:3]
+    data, out, mix = (sys.argv[1:4] + [None])[:3]
     Path(out).mkdir(parents=True, exist_ok=True)
     with idist.Parallel(backend="gloo", nproc_per_node=2) as parallel:
-        parallel.run(training, {"data": data, "out": out})
+        parallel.run(training, {"data": data, "out": out, "mix": mix})

@@ -2,19 +2,25 @@
 else. Each rank writes what it was served (epoch, step, record indices) to OUT/served-rank{r}.jsonl;
 checkpoints are saved mid-epoch and at an epoch's end through Trainer.save_checkpoint.
 
-python lightning_run.py DATA OUT --strategy ddp|ddp_spawn [--resume CKPT] [--save-step N] [--save-epoch E]
-    [--workers N] [--backend NAME] [--start-method fork|spawn|forkserver]
+python lightning_run.py DATA OUT --strategy ddp|ddp_spawn|auto [--devices N] [--resume CKPT] [--save-step N]
+    [--save-epoch E] [--max-steps N] [--workers N] [--backend NAME] [--start-method fork|spawn|forkserver]
+DATA: a dataset, or mix:NAME=PATH,... (tests/trainers/mixed.py: each batch's sources, labels and per-sample
+pixel sums are written too). main(argv) runs it in the calling process (--strategy auto --devices 1).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
 
 import datapipe
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.trainers.mixed import FIELDS, batch_log, data_of  # noqa: E402
 
 
 class Recorder(pl.LightningModule):
@@ -25,13 +31,16 @@ class Recorder(pl.LightningModule):
         self.head = torch.nn.Linear(3, 3)
 
     def train_dataloader(self):
-        return datapipe.make_loader(self.data, split="train", batch_size=4, train=True, image_size=16,
+        data = data_of(self.data)
+        fields = FIELDS if isinstance(data, datapipe.Mix) else ("image", "label")
+        return datapipe.make_loader(data, split="train", batch_size=4, train=True, image_size=16, fields=fields,
                                     num_workers=self.workers, backend=self.backend, start_method=self.start_method)
 
     def training_step(self, batch, batch_idx):
-        images, labels, indices = batch
+        images, labels, indices = batch.images, batch.labels, batch.indices
+        loader = self.trainer.train_dataloader
         self.write({"epoch": self.current_epoch, "step": self.global_step, "indices": indices.tolist(),
-                    "pixels": float(images.sum())})
+                    "pixels": float(images.sum()), **(batch_log(batch, loader) if loader.mix else {})})
         return torch.nn.functional.cross_entropy(self.head(images.mean(dim=(2, 3))), labels)
 
     def on_train_epoch_start(self) -> None:
@@ -62,11 +71,13 @@ class SaveAt(pl.Callback):
             trainer.save_checkpoint(self.out / "epoch-end.ckpt")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("data")
     parser.add_argument("out")
     parser.add_argument("--strategy", default="ddp")
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--max-steps", type=int, default=-1)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--backend", default="dataloader")
@@ -74,10 +85,11 @@ def main() -> None:
     parser.add_argument("--resume")
     parser.add_argument("--save-step", type=int)
     parser.add_argument("--save-epoch", type=int)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=args.strategy, max_epochs=args.epochs,
+    trainer = pl.Trainer(accelerator="cpu", devices=args.devices, strategy=args.strategy, max_epochs=args.epochs,
+                         max_steps=args.max_steps,
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0,
                          callbacks=[SaveAt(out, args.save_step, args.save_epoch)])

@@ -1,6 +1,7 @@
 """What Ray Train's workers run: docs/examples/ray_train.py's training function, by a name they can
 import (Ray gives them the driver's working directory, not docs/examples), first with a probe of
-ray.train.torch.prepare_data_loader given a datapipe loader; it writes AUDIT/probe-rank{r}.json."""
+ray.train.torch.prepare_data_loader given a datapipe loader over config["probe_data"]; it writes
+AUDIT/probe-rank{r}.json."""
 from __future__ import annotations
 
 import json
@@ -25,7 +26,7 @@ def probe(config: dict) -> dict:
     and a loader resumed from it serves batch 3 first."""
     options = dict(split="train", batch_size=config["batch_size"], train=True, image_size=config["image_size"],
                    device=ray.train.torch.get_device())
-    loader = datapipe.make_loader(config["data"], **options)
+    loader = datapipe.make_loader(config["probe_data"], **options)
     found = {"len": len(loader)}
     try:
         prepare_data_loader(loader)
@@ -36,7 +37,7 @@ def probe(config: dict) -> dict:
     found["first"] = next(wrapped)[2].tolist()  # step 1 in hand
     state = loader.state_dict()
     found["batches_done"] = state["batches_done"]
-    resumed = datapipe.make_loader(config["data"], **options)
+    resumed = datapipe.make_loader(config["probe_data"], **options)
     resumed.load_state_dict(state)
     found["resumed_first"] = next(iter(resumed))[2].tolist()
     return found

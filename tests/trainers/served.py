@@ -20,8 +20,13 @@ def run_to_end(argv: list[str], timeout: int) -> str:
 def run_script(script: Path, data, out, *args: str, timeout: int = 300) -> dict[int, list[dict]]:
     """Run a trainer script on 2 ranks; per rank, the records it wrote (steps served, epoch starts)."""
     run_to_end([sys.executable, str(script), str(data), str(out), *args], timeout)
+    return read_ranks(out, 2)
+
+
+def read_ranks(out, world: int) -> dict[int, list[dict]]:
+    """Per rank of `world`, the records its script wrote to OUT/served-rank{r}.jsonl."""
     return {rank: [json.loads(line) for line in (Path(out) / f"served-rank{rank}.jsonl").read_text().splitlines()]
-            for rank in (0, 1)}
+            for rank in range(world)}
 
 
 def steps(records: list[dict]) -> list[dict]:

@@ -1,7 +1,8 @@
 """Ray Train with the real library (TorchTrainer, 2 CPU workers, gloo, a local Ray on loopback):
-docs/examples/ray_train.py's workers fail after 6 steps (mid-epoch, after a checkpoint), Ray Train
-starts them again and they resume from ray.train.get_checkpoint(); ray.train.torch.prepare_data_loader
-given a loader."""
+docs/examples/ray_train.py's workers, training over a datapipe.Mix (tests/trainers/mixed.py), fail after
+6 steps (mid-epoch, after a checkpoint), Ray Train starts them again and they resume from
+ray.train.get_checkpoint(); ray.train.torch.prepare_data_loader given a loader over one dataset. (Ray
+Train keeps the world size of its ScalingConfig across the restart.)"""
 from __future__ import annotations
 
 import json
@@ -9,12 +10,15 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("ray.train", exc_type=ImportError)
+from tests.conftest import installed
 
-from datapipe import open_dataset  # noqa: E402
+if not installed("ray.train"):  # found, not imported: no pytest worker imports it at collection
+    pytest.skip("ray[train] is not installed", allow_module_level=True)
+
 from tests.converters.test_ray import local_ray  # noqa: E402,F401  (module-scoped Ray on 127.0.0.1)
 from tests.processes import deadline  # noqa: E402
-from tests.trainers.reference import EPOCHS, check_coverage, each_once, unbroken  # noqa: E402
+from tests.trainers.mixed import data_of, mix_spec  # noqa: E402
+from tests.trainers.reference import EPOCHS, check_mix_coverage, each_once, unbroken  # noqa: E402
 from tests.trainers.served import MID_STEP, STEPS_PER_EPOCH  # noqa: E402
 
 EXAMPLES = Path(__file__).parents[2] / "docs" / "examples"
@@ -22,17 +26,22 @@ FIT_S = 240
 
 
 @pytest.fixture(scope="module")
-def run(local_ray, packed_lmdb, tmp_path_factory):  # noqa: F811
-    """One TorchTrainer run: its workers fail after MID_STEP (mid-epoch) and Ray Train starts them again;
-    its result, what each rank trained on, and what the probe found."""
+def mix(packed_lmdb, packed_wds):
+    return data_of(mix_spec(packed_lmdb, packed_wds))
+
+
+@pytest.fixture(scope="module")
+def run(local_ray, mix, packed_lmdb, tmp_path_factory):  # noqa: F811
+    """One TorchTrainer run over the mix: its workers fail after MID_STEP (mid-epoch) and Ray Train
+    starts them again; its result, what each rank trained on, and what the probe found (over LMDB)."""
     import ray.train
     from ray.train.torch import TorchTrainer
 
     from tests.trainers.ray_run import interrupted_once
 
     audit, storage = tmp_path_factory.mktemp("ray-audit"), tmp_path_factory.mktemp("ray-storage")
-    config = {"data": str(packed_lmdb), "epochs": EPOCHS, "batch_size": 4, "image_size": 8, "model": "linear",
-              "max_steps": None, "audit": str(audit), "stop_at": MID_STEP}
+    config = {"data": mix, "probe_data": str(packed_lmdb), "epochs": EPOCHS, "batch_size": 4, "image_size": 8,
+              "model": "linear", "max_steps": None, "audit": str(audit), "stop_at": MID_STEP}
     trainer = TorchTrainer(interrupted_once, train_loop_config=config,
                            scaling_config=ray.train.ScalingConfig(num_workers=2, use_gpu=False),
                            run_config=ray.train.RunConfig(name="run", storage_path=str(storage),
@@ -51,14 +60,23 @@ def reference(packed_lmdb):
     return unbroken(packed_lmdb)
 
 
+@pytest.fixture(scope="module")
+def mix_reference(mix):
+    return unbroken(mix)
+
+
 def test_the_page_quotes_the_example_whole():
     assert (EXAMPLES / "ray_train.py").read_text().rstrip("\n") in (EXAMPLES.parent / "trainers.md").read_text()
 
 
-def test_get_checkpoint_resumes_mid_epoch_and_every_batch_is_trained_once(run, reference, packed_lmdb):
+def test_get_checkpoint_resumes_mid_epoch_and_every_batch_is_trained_once(run, mix_reference, mix):
+    """Each step's records are the unbroken loader's batch there, whose (source, record, label) are
+    the mix's uninterrupted sequence; every batch once, none twice. (The example's audit writes the
+    indices inside each source; the sources and labels are the yardstick's.)"""
+    reference = mix_reference
     result, trained, _ = run
     assert result.error is None and result.metrics["step"] == EPOCHS * STEPS_PER_EPOCH
-    check_coverage(reference, len(open_dataset(packed_lmdb)))
+    check_mix_coverage(reference, mix)
     steps = []
     for rank, records in trained.items():
         assert [r["step"] for r in records] == list(range(1, EPOCHS * STEPS_PER_EPOCH + 1))  # no step twice
