@@ -16,11 +16,12 @@ def by_index(loader):
             for i, img, lab in zip(indices.tolist(), images, labels)}
 
 
-def test_prefetch_on_cuda_matches_the_dataloader_backend_exactly(packed_lmdb):
+@pytest.mark.parametrize("backend", ["prefetch", "ray"])  # ray: received batches pinned, up on a side stream
+def test_prefetch_on_cuda_matches_the_dataloader_backend_exactly(packed_lmdb, backend):
     plain = by_index(make_loader(packed_lmdb, backend="dataloader", **SMALL))
-    images, labels, _ = next(iter(make_loader(packed_lmdb, backend="prefetch", **SMALL)))
+    images, labels, _ = next(iter(make_loader(packed_lmdb, backend=backend, **SMALL)))
     assert images.is_cuda and labels.is_cuda
-    streamed = by_index(make_loader(packed_lmdb, backend="prefetch", **SMALL))
+    streamed = by_index(make_loader(packed_lmdb, backend=backend, **SMALL))
     assert streamed.keys() == plain.keys()
     for i, (img, lab) in streamed.items():
         assert torch.equal(img, plain[i][0]) and lab == plain[i][1]

@@ -4,7 +4,8 @@ is a pure function of (dataset, seed, epoch, position, recipe), so a lease lost 
 is issued again to another actor and comes back the same. When no actor can run any more, the rest is
 decoded here (one warning), or the epoch stops with PoolUnavailable when pool_fallback=False.
 Normalization and the batch stage (mixup/cutmix/erasing) stay in this process, as the threads
-backend's non-fused path has them; state_dict() is the base Loader's, so a run resumes in any backend."""
+backend's non-fused path has them; on CUDA the received uint8 batch is pinned and goes up on a side
+stream one batch ahead (prefetch.ahead_on_stream); state_dict() is the base Loader's, so a run resumes in any backend."""
 from __future__ import annotations
 
 import logging
@@ -14,6 +15,8 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
+import torch
+
 from ...errors import ExpectedError
 from ...formats.base import Dataset
 from ...sharding import READ_AHEAD_SHARDS, EpochOrder, ShardOrder
@@ -21,6 +24,7 @@ from ..base import Batch, Loader
 from ..dataloader import KEEP_BATCHES, DecodedRecords, EpochBatches, Item, collate
 from ..normalize import Normalizer
 from ..options import LoaderOptions
+from ..prefetch import ahead_on_stream
 from ..threads import thread_view
 from . import session
 from .pool import ActorPool, Member
@@ -44,6 +48,13 @@ class Lease:
         self.items, self.member, self.ref = items, None, None
 
 
+def pinned(host: tuple) -> tuple:
+    """A received host batch with its images and labels in page-locked memory (torch's caching host
+    allocator reuses the blocks), so their copies to the GPU run asynchronously on a side stream."""
+    images, labels, *rest = host
+    return (images.pin_memory(), labels.pin_memory(), *rest)
+
+
 def _close(pool: ActorPool | None, ray: Any, owned: bool) -> None:
     if pool is not None and ray.is_initialized():
         pool.close()
@@ -56,6 +67,7 @@ class RayLoader(Loader):
     def __init__(self, dataset: Dataset, order: EpochOrder | ShardOrder, options: LoaderOptions, *, reason: str = "") -> None:
         super().__init__(dataset, order, options, reason=reason)
         self.device = options.torch_device
+        self.pin = options.pinned and torch.cuda.is_available()
         self.batch_order = EpochBatches(order, read_ahead=READ_AHEAD_SHARDS if dataset.location.remote else 0,
                                         size=options.image_size)
         self.normalize = Normalizer(self.device, options.dtype, options.channels_last, keep=KEEP_BATCHES,
@@ -78,22 +90,27 @@ class RayLoader(Loader):
         return self.options.prefetch_factor * max(1, len(self.pool.members))
 
     def _iterate(self, epoch: int, offset: int) -> Iterator[Batch | tuple[Batch, dict]]:
+        try:  # on CUDA the next batch goes up on a side stream while this one trains (the prefetch backend's)
+            yield from ahead_on_stream(self.device, self._host_batches(epoch, offset), self._hand_over)
+        finally:
+            self.normalize.release()
+
+    def _host_batches(self, epoch: int, offset: int) -> Iterator[tuple]:
+        """The epoch's host batches from `offset`, in order (in pinned memory where batches go to CUDA)."""
         self.batch_order.epoch, self.batch_order.offset, self.batch_order.size = epoch, offset, self.image_size_at(epoch)
         batches = iter(self.batch_order)
         self.pool.refill()  # capacity lost in an earlier epoch may be back
         for member in self.pool.members:  # leases of an iteration broken off are not waited for
             member.in_flight = 0
         leases: deque[Lease] = deque()
-        try:
-            while True:
-                while len(leases) < self.window and (items := next(batches, None)) is not None:
-                    leases.append(Lease(items))
-                    self._issue(leases[-1], leases)
-                if not leases:
-                    return
-                yield self._hand_over(self._receive(leases))
-        finally:
-            self.normalize.release()
+        while True:
+            while len(leases) < self.window and (items := next(batches, None)) is not None:
+                leases.append(Lease(items))
+                self._issue(leases[-1], leases)
+            if not leases:
+                return
+            host = self._receive(leases)
+            yield pinned(host) if self.pin else host
 
     def _issue(self, lease: Lease, leases: deque[Lease]) -> None:
         """Lease `lease` to the least busy member; with none left, decode it here (the fallback)."""
@@ -158,6 +175,7 @@ class RayLoader(Loader):
         return self._local
 
     def _hand_over(self, host: tuple) -> Batch | tuple[Batch, dict]:
+        """A host batch on the device: bad samples counted, images normalized, labels moved."""
         images, labels, indices, bad, *columns = host
         self.count_bad(bad)
         batch = self.normalize.batch(images, labels, indices)
