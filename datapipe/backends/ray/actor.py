@@ -24,5 +24,8 @@ class BatchActor:
         return ray.get_runtime_context().get_node_id()
 
     def batch(self, items: list[Item]) -> tuple:
-        """(images uint8 NCHW, labels, served indices, bad samples[, the extra fields' columns])."""
-        return collate([self.records[item] for item in items], self.fields)
+        """(images uint8 NCHW as a NumPy array, labels, served indices, bad samples[, the extra fields'
+        columns]). NumPy, not a tensor: Ray hands a NumPy array to the trainer straight out of its object
+        store (zero-copy, measured 0.003 CPU-ms an image against 0.09 for unpickling a tensor's storage)."""
+        images, *rest = collate([self.records[item] for item in items], self.fields)
+        return (images.numpy(), *rest)

@@ -48,6 +48,15 @@ class Lease:
         self.items, self.member, self.ref = items, None, None
 
 
+def from_store(host: tuple) -> tuple:
+    """A batch as an actor returned it, its images a tensor over the read-only NumPy array Ray maps from
+    its object store (no copy: the normalization or the pinning reads it, nothing writes it)."""
+    images, *rest = host
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
+        return (torch.from_numpy(images), *rest)
+
+
 def pinned(host: tuple) -> tuple:
     """A received host batch with its images and labels in page-locked memory (torch's caching host
     allocator reuses the blocks), so their copies to the GPU run asynchronously on a side stream."""
@@ -142,7 +151,7 @@ class RayLoader(Loader):
                 continue
             lease.member.in_flight -= 1
             leases.popleft()
-            return host
+            return from_store(host)
         leases.popleft()
         self.local_batches += 1
         return collate([self._records()[item] for item in lease.items], self.field_spec)
