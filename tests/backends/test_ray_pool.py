@@ -166,19 +166,21 @@ def test_auto_grows_while_the_trainer_starves_and_shrinks_while_it_trains(cluste
     clock = loader.sizing.clock = Clock()
     loader.sizing.window = 4
     assert len(loader.pool.members) == 1
-    for _ in range(8):  # an actor starting takes seconds: the pool grows at a window once it is up
-        same(batches(loader), batches(threads))
-        if loader.pool.requested:
-            break
+    same(batches(loader), batches(threads))  # its second window: one actor more
+    assert [size for _, size in loader.pool.size_history] == [1, 2]
+    ray.get([m.ready for m in loader.pool.members])  # the new actor up (seconds)
+    same(batches(loader), batches(threads))  # starved still, and the cluster full: the autoscaler asked
     assert [size for _, size in loader.pool.size_history] == [1, 2] and loader.pool.requested == 3
     handles = [m.handle for m in loader.pool.members]
-    got = []
+    got, leaving = [], []
     for b in loader:
         got.append(b)
+        leaving.append(len(loader.pool.leaving))
         clock.t += 100.0
     same(got, batches(threads))
     assert [size for _, size in loader.pool.size_history] == [1, 2, 1] and loader.pool.requested == 1
-    assert loader.pool.reissued == 0 and loader.local_batches == 0 and loader.pool.leaving == []
+    assert max(leaving) == 1 and loader.pool.leaving == []  # it left with leases out, all received
+    assert loader.pool.reissued == 0 and loader.local_batches == 0
     assert sorted(dead(h) for h in handles) == [False, True]
     loader.close()
     assert loader.pool.requested == 0
@@ -203,6 +205,16 @@ def test_non_persistent_pools_take_turns_on_a_full_cluster(cluster, packed_lmdb,
         assert val.pool.members == []
         same(batches(train, stop=2), batches(threads)[:2])
     assert train.local_batches == val.local_batches == 0 and not train.fell_back and not val.fell_back
+
+
+def test_datapipe_trains_loaders_on_ray_take_turns(cluster, packed_lmdb, tmp_path):
+    """`datapipe train --backend ray`: both pools non-persistent (nothing started before an iteration)."""
+    from datapipe.train.config import TrainConfig
+    from datapipe.train.loaders import build_loaders
+
+    config = TrainConfig(data=str(packed_lmdb), out=str(tmp_path), batch_size=4, image_size=32, workers=1, backend="ray")
+    loaders = build_loaders(config, torch.device("cpu"))
+    assert [(lo.options.persistent_workers, lo.pool.members) for lo in loaders] == [(False, [])] * 2
 
 
 def test_a_node_removed_mid_epoch_the_epoch_still_exact(cluster, packed_lmdb, within):
