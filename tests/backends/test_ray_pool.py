@@ -269,7 +269,7 @@ def test_the_last_pool_node_removed_mid_epoch_falls_back_exactly(cluster, packed
 
 
 def test_pool_options_are_checked_in_one_line():
-    for bad in (dict(pool_workers=0), dict(pool_resources={"CPU": 1}), dict(pool_resources={"x": -1}),
+    for bad in (dict(pool_workers=0), dict(pool_workers="many"), dict(pool_resources={"CPU": 1}), dict(pool_resources={"x": -1}),
                 dict(pool_fallback="no")):
         with pytest.raises(ValueError, match=r"^pool_") as err:
             make_loader(ROOT / "fixtures" / "imagefolder", backend="ray", **bad)

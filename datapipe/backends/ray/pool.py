@@ -42,7 +42,7 @@ class ActorPool:
         self.leaving: list[Member] = []  # members taken out of the pool, stopped once their leases are received
         self.replaced = self.reissued = 0  # actors started in place of lost ones; batches issued again
         self.requested = 0  # actors' worth of resources asked of the autoscaler (0: nothing asked)
-        self.last_error = ""
+        self.budget, self.last_error = 0, ""
         if options.persistent_workers:
             self.refill()
 
@@ -118,7 +118,7 @@ class ActorPool:
         free = self.ray.available_resources()
         if (len(self.members) < capacity(self.ray.nodes(), self.needs)
                 and all(free.get(k, 0.0) >= v for k, v in self.needs.items())):
-            self.size += 1
+            self.size = len(self.members) + 1
             self.members.append(self._start())
             self.size_history.append((at, self.size))
             return True
@@ -132,7 +132,7 @@ class ActorPool:
             return
         self.members.remove(member)
         self.leaving.append(member)
-        self.size -= 1
+        self.size = len(self.members)
         self.size_history.append((at, self.size))
         if self.requested:
             self.request(self.size)
