@@ -54,10 +54,11 @@ class LoaderOptions:
     batch_format: str = "batch"  # one of BATCH_FORMATS
     fields: tuple[str, ...] = DEFAULT_FIELDS  # what a batch carries (datapipe.backends.fields): ("image", "text")...
     tokenizer: Any = None  # caption -> token ids, run where samples are decoded; needs "text" in fields
-    # backend="ray" (datapipe.backends.ray): actors in the pool (None: num_workers's value), the Ray
+    # backend="ray" (datapipe.backends.ray): actors in the pool (None: num_workers's value; "auto": from
+    # 1, grown while the trainer waits on data and shrunk when it does not, datapipe.backends.ray.sizing), the Ray
     # resources each asks for besides one CPU ({"datapipe": 1}: nodes started with that resource), and
     # whether a pool that cannot run any more falls back to decoding here (one warning) or raises
-    pool_workers: int | None = None
+    pool_workers: int | str | None = None
     pool_resources: Any = None  # a mapping name -> amount; kept as sorted (name, amount) pairs
     pool_fallback: bool = True
 
@@ -89,11 +90,11 @@ class LoaderOptions:
         self._check_pool()
 
     def _check_pool(self) -> None:
-        """pool_workers an int in [1, MAX_WORKERS] or None; pool_resources a mapping of names to
+        """pool_workers an int in [1, MAX_WORKERS], "auto" or None; pool_resources a mapping of names to
         positive amounts (or None); pool_fallback a bool."""
-        if self.pool_workers is not None:
+        if self.pool_workers is not None and self.pool_workers != "auto":
             object.__setattr__(self, "pool_workers", integer("pool_workers", self.pool_workers, 1, MAX_WORKERS,
-                                                             note="; None: num_workers's value"))
+                                                             note=", \"auto\" or None: num_workers's value"))
         if not isinstance(self.pool_fallback, bool):
             raise ValueError(f"pool_fallback must be True or False, got {shown(self.pool_fallback)}")
         if self.pool_resources is None:
@@ -144,7 +145,9 @@ class LoaderOptions:
 
     @property
     def pool_workers_resolved(self) -> int:
-        """The Ray pool's actors: pool_workers, else num_workers's value (at least 1)."""
+        """The Ray pool's actors (to start with): pool_workers, 1 for "auto", else num_workers's value (at least 1)."""
+        if self.pool_workers == "auto":
+            return 1
         return self.pool_workers if self.pool_workers is not None else max(1, self.workers)
 
     @property

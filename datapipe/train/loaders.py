@@ -26,7 +26,10 @@ def build_loaders(config: TrainConfig, device: torch.device) -> tuple[Loader, Lo
     # as in timm and the reference ImageNet scripts; evaluation keeps every sample.
     source = mix_source(paths(config), config.weights, config.epoch_size, cache_dir=config.cache_dir,
                         cache_limit=config.cache_limit)
-    train = make_loader(source, split="train", train=True, drop_last=True, image_size=config.train_sizes, **common)
+    # backend="ray": the train pool gives its actors back after each epoch, so that the val pool can run
+    # where the train pool fills the cluster (a local Ray of few cores); the pools take turns
+    train = make_loader(source, split="train", train=True, drop_last=True, image_size=config.train_sizes,
+                        persistent_workers=config.backend != "ray", **common)
     log.info("image size: train %s, eval %d", config.image_size, config.eval_size)
     if train.mix is not None:
         log.info("mix: %s", "; ".join(f"{r['source']} {r['weight']:.3f} ({r['draws']} an epoch)" for r in train.mix.table(0)))

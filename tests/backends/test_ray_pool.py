@@ -3,7 +3,9 @@ and two 2-CPU nodes offering the "datapipe" resource, one cluster for the module
 backend's batches bit for bit (default recipe, DeiT, a Mix) and a mid-epoch state resumed there, a
 node removed mid-epoch (its actors and the batches in its object store lost) with the epoch still
 exact, the fallback (one warning, also when the last pool node goes mid-epoch) and pool_fallback=False's
-one line; and first, before the cluster, a loader that started its own Ray leaves no Ray process."""
+one line; pool_workers="auto" growing under a starved trainer and shrinking under a slow one (its clock
+injected), and non-persistent pools taking turns on a full cluster; and first, before the cluster, a
+loader that started its own Ray leaves no Ray process."""
 from __future__ import annotations
 
 import gc
@@ -19,7 +21,7 @@ import torch
 ray = pytest.importorskip("ray")
 
 from datapipe import make_loader  # noqa: E402
-from datapipe.backends.ray import PoolUnavailable  # noqa: E402
+from datapipe.backends.ray import PoolUnavailable, pool as pool_module  # noqa: E402
 from datapipe.backends.ray.loader import PoolFallback  # noqa: E402
 from tests.backends.test_mix_loader import OPTIONS as MIX_OPTIONS, mix_of, sources  # noqa: E402,F401 (a fixture)
 
@@ -28,6 +30,7 @@ POOL = dict(pool_workers=2, pool_resources={"datapipe": 1})
 POOL1 = dict(POOL, pool_workers=1)  # where one actor is enough (each starts a Python with torch)
 TINY = dict(batch_size=4, image_size=32, num_workers=1, seed=7)
 DEATH_S = 60
+WHOLE_NODE = {"datapipe": 2}  # one actor a node: the cluster holds two
 NODE = dict(num_cpus=2, resources={"datapipe": 2}, node_ip_address="127.0.0.1", object_store_memory=80 << 20)
 
 
@@ -133,6 +136,87 @@ def test_a_mix_bit_for_bit_with_its_sources_and_normalized(cluster, sources, wit
     assert got[0].images.dtype == torch.float32
 
 
+class Clock:
+    """Each reading 1 s after the last, plus what the test adds (`away`): the sizing's time."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 1.0
+        return self.t
+
+
+def dead(handle) -> bool:
+    try:
+        ray.get(handle.ready.remote(), timeout=DEATH_S)
+    except ray.exceptions.RayActorError:
+        return True
+    return False
+
+
+def test_auto_grows_while_the_trainer_starves_and_shrinks_while_it_trains(cluster, packed_lmdb, within):
+    """Hungry (1 s waited for each batch, 1 s away): the pool grows from 1 to what the cluster holds,
+    then asks the autoscaler for one more; slow (100 s more away a batch): it shrinks back to 1, the
+    leaving actor's leased batches received. Every epoch bit for bit the threads backend's."""
+    gc.collect()  # the module's earlier loaders, and their actors, gone
+    kw = dict(TINY, batch_size=1)  # 27 batches an epoch: 6 windows of 4
+    loader = make_loader(packed_lmdb, backend="ray", pool_workers="auto", pool_resources=WHOLE_NODE, **kw)
+    threads = make_loader(packed_lmdb, backend="threads", **kw)
+    clock = loader.sizing.clock = Clock()
+    loader.sizing.window = 4
+    assert len(loader.pool.members) == 1
+    same(batches(loader), batches(threads))  # its second window: one actor more
+    assert [size for _, size in loader.pool.size_history] == [1, 2]
+    ray.get([m.ready for m in loader.pool.members])  # the new actor up (seconds)
+    same(batches(loader), batches(threads))  # starved still, and the cluster full: the autoscaler asked
+    assert [size for _, size in loader.pool.size_history] == [1, 2] and loader.pool.requested == 3
+    handles = [m.handle for m in loader.pool.members]
+    got, leaving = [], []
+    for b in loader:
+        got.append(b)
+        leaving.append(len(loader.pool.leaving))
+        clock.t += 100.0
+    same(got, batches(threads))
+    assert [size for _, size in loader.pool.size_history] == [1, 2, 1] and loader.pool.requested == 1
+    assert max(leaving) == 1 and loader.pool.leaving == []  # it left with leases out, all received
+    assert loader.pool.reissued == 0 and loader.local_batches == 0
+    assert sorted(dead(h) for h in handles) == [False, True]
+    loader.close()
+    assert loader.pool.requested == 0
+
+
+def test_non_persistent_pools_take_turns_on_a_full_cluster(cluster, packed_lmdb, within, monkeypatch):
+    """A train pool of two whole-node actors fills the cluster; released at the end of its epoch, the
+    val pool's actor runs (before: given up after START_S, and a PoolFallback); the train pool starts again."""
+    gc.collect()
+    monkeypatch.setattr(pool_module, "START_S", 5.0)
+    kw = dict(TINY, backend="ray", persistent_workers=False, pool_resources=WHOLE_NODE)
+    train = make_loader(packed_lmdb, pool_workers=2, **kw)
+    val = make_loader(packed_lmdb, split="val", train=False, pool_workers=1, **kw)
+    assert train.pool.members == [] and val.pool.members == []  # started by an iteration
+    threads = make_loader(packed_lmdb, backend="threads", **TINY)
+    threads_val = make_loader(packed_lmdb, backend="threads", split="val", train=False, **TINY)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PoolFallback)
+        same(batches(train), batches(threads))
+        assert train.pool.members == []
+        same(batches(val), batches(threads_val))
+        assert val.pool.members == []
+        same(batches(train, stop=2), batches(threads)[:2])
+    assert train.local_batches == val.local_batches == 0 and not train.fell_back and not val.fell_back
+
+
+def test_datapipe_trains_loaders_on_ray_take_turns(cluster, packed_lmdb, tmp_path):
+    """`datapipe train --backend ray`: both pools non-persistent (nothing started before an iteration)."""
+    from datapipe.train.config import TrainConfig
+    from datapipe.train.loaders import build_loaders
+
+    config = TrainConfig(data=str(packed_lmdb), out=str(tmp_path), batch_size=4, image_size=32, workers=1, backend="ray")
+    loaders = build_loaders(config, torch.device("cpu"))
+    assert [(lo.options.persistent_workers, lo.pool.members) for lo in loaders] == [(False, [])] * 2
+
+
 def test_a_node_removed_mid_epoch_the_epoch_still_exact(cluster, packed_lmdb, within):
     c, nodes = cluster
     kw = dict(TINY, image_size=112)  # a batch over 100 KB: kept in its node's object store, lost with it
@@ -185,7 +269,7 @@ def test_the_last_pool_node_removed_mid_epoch_falls_back_exactly(cluster, packed
 
 
 def test_pool_options_are_checked_in_one_line():
-    for bad in (dict(pool_workers=0), dict(pool_resources={"CPU": 1}), dict(pool_resources={"x": -1}),
+    for bad in (dict(pool_workers=0), dict(pool_workers="many"), dict(pool_resources={"CPU": 1}), dict(pool_resources={"x": -1}),
                 dict(pool_fallback="no")):
         with pytest.raises(ValueError, match=r"^pool_") as err:
             make_loader(ROOT / "fixtures" / "imagefolder", backend="ray", **bad)

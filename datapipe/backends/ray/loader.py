@@ -5,7 +5,9 @@ is issued again to another actor and comes back the same. When no actor can run 
 decoded here (one warning), or the epoch stops with PoolUnavailable when pool_fallback=False.
 Normalization and the batch stage (mixup/cutmix/erasing) stay in this process, as the threads
 backend's non-fused path has them; on CUDA the received uint8 batch is pinned and goes up on a side
-stream one batch ahead (prefetch.ahead_on_stream); state_dict() is the base Loader's, so a run resumes in any backend."""
+stream one batch ahead (prefetch.ahead_on_stream); state_dict() is the base Loader's, so a run resumes in any backend.
+pool_workers="auto": the trainer's waits are measured per window (`sizing`) and the pool resized; with
+persistent_workers=False the pool's actors are released at the end of each iteration."""
 from __future__ import annotations
 
 import logging
@@ -28,6 +30,7 @@ from ..prefetch import ahead_on_stream
 from ..threads import thread_view
 from . import session
 from .pool import ActorPool, Member
+from .sizing import Sizing
 
 log = logging.getLogger(__name__)
 POLL_S = 0.5  # how often a wait for a batch checks that its actor still runs
@@ -84,6 +87,8 @@ class RayLoader(Loader):
         self._local: DecodedRecords | None = None
         self.fell_back = False  # the one warning was given
         self.local_batches = 0  # batches decoded in this process (the fallback)
+        self.received = 0  # batches received from the pool, all iterations
+        self.sizing = Sizing()  # the trainer's waits, per window; resizes the pool with pool_workers="auto"
         self.ray, owned = session.connect()
         self._finalizer = weakref.finalize(self, _close, None, self.ray, owned)  # Ray stopped even if the pool fails
         self.pool = ActorPool(self.ray, dataset, options, self.field_spec)
@@ -109,17 +114,40 @@ class RayLoader(Loader):
         self.batch_order.epoch, self.batch_order.offset, self.batch_order.size = epoch, offset, self.image_size_at(epoch)
         batches = iter(self.batch_order)
         self.pool.refill()  # capacity lost in an earlier epoch may be back
-        for member in self.pool.members:  # leases of an iteration broken off are not waited for
-            member.in_flight = 0
+        self.sizing.restart()
         leases: deque[Lease] = deque()
-        while True:
-            while len(leases) < self.window and (items := next(batches, None)) is not None:
-                leases.append(Lease(items))
-                self._issue(leases[-1], leases)
-            if not leases:
-                return
-            host = self._receive(leases)
-            yield pinned(host) if self.pin else host
+        try:
+            while True:
+                while len(leases) < self.window and (items := next(batches, None)) is not None:
+                    leases.append(Lease(items))
+                    self._issue(leases[-1], leases)
+                if not leases:
+                    return
+                asked = self.sizing.clock()
+                busy, host = self._receive(leases)
+                if busy is not None:
+                    self._measured(asked, busy, leases)
+                yield pinned(host) if self.pin else host
+        finally:
+            if not self.options.persistent_workers:
+                self.pool.release()  # its CPUs back to the cluster until the next iteration
+
+    def _measured(self, asked: float, busy: float, leases: deque[Lease]) -> None:
+        """One batch received from the pool: the window's figures, and with pool_workers="auto" the
+        pool resized (a member given up meanwhile has its leases issued again)."""
+        self.received += 1
+        self.pool.settle()
+        window = self.sizing.received(asked, busy)
+        if window is None or self.options.pool_workers != "auto":
+            return
+        size = len(self.pool.members)
+        wanted = self.sizing.wanted(window, size)
+        if wanted > size:
+            for member in self.pool.check():
+                self._reissue(member, leases)
+            self.pool.grow(self.received)
+        elif wanted < size:
+            self.pool.shrink(self.received)
 
     def _issue(self, lease: Lease, leases: deque[Lease]) -> None:
         """Lease `lease` to the least busy member; with none left, decode it here (the fallback)."""
@@ -130,8 +158,9 @@ class RayLoader(Loader):
         lease.member, lease.ref = member, member.handle.batch.remote(lease.items)
         member.in_flight += 1
 
-    def _receive(self, leases: deque[Lease]) -> tuple:
-        """The first lease's host batch, in order; its member lost meanwhile: issued again elsewhere."""
+    def _receive(self, leases: deque[Lease]) -> tuple[float | None, tuple]:
+        """(the actor's seconds of work or None where decoded here, the first lease's host batch), in
+        order; its member lost meanwhile: issued again elsewhere."""
         ray, lease = self.ray, leases[0]
         while lease.ref is not None:
             done, _ = ray.wait([lease.ref], timeout=POLL_S)
@@ -140,7 +169,7 @@ class RayLoader(Loader):
                     self._reissue(member, leases)
                 continue
             try:
-                host = ray.get(lease.ref)
+                busy, host = ray.get(lease.ref)
             except ray.exceptions.RayTaskError as exc:  # the actor's code raised (on_error="raise", a bug)
                 raise (exc.cause if isinstance(exc.cause, BaseException) else exc) from None
             except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.ObjectLostError,
@@ -151,10 +180,10 @@ class RayLoader(Loader):
                 continue
             lease.member.in_flight -= 1
             leases.popleft()
-            return from_store(host)
+            return busy, from_store(host)
         leases.popleft()
         self.local_batches += 1
-        return collate([self._records()[item] for item in lease.items], self.field_spec)
+        return None, collate([self._records()[item] for item in lease.items], self.field_spec)
 
     def _reissue(self, member: Member, leases: deque[Lease]) -> None:
         for lease in leases:

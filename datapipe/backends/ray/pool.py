@@ -2,7 +2,10 @@
 keeps them to CPU-only nodes), one CPU each. A member that died (its node was lost, it was killed) or
 cannot be placed (no node of the cluster holds its resources, or it is not up START_S after it was
 asked for) is given up and started afresh in its place, a bounded number of times per epoch; the
-loader re-issues the member's leased batches to the others."""
+loader re-issues the member's leased batches to the others. With pool_workers="auto" the loader grows
+the pool where the cluster has room (else asks Ray's autoscaler for it) and shrinks it: a member that
+goes takes no new lease and is stopped once its leased batches are received. A pool released (the end
+of a non-persistent loader's iteration) holds no actor until it is refilled."""
 from __future__ import annotations
 
 import logging
@@ -13,6 +16,7 @@ from ...formats.base import Dataset
 from ..fields import FieldSpec
 from ..options import LoaderOptions
 from .actor import BatchActor
+from .sizing import capacity
 
 log = logging.getLogger(__name__)
 START_S = 60.0  # an actor that a node could hold but is not up by then is given up (a node starting is seconds)
@@ -29,18 +33,27 @@ class Member:
 class ActorPool:
     def __init__(self, ray: Any, dataset: Dataset, options: LoaderOptions, fields: FieldSpec | None) -> None:
         self.ray, self.size = ray, options.pool_workers_resolved
+        self.size_history = [(0, self.size)]  # (batches received, pool size) at each change (bench, doctor)
         self.needs = {"CPU": 1.0, **{k: float(v) for k, v in (options.pool_resources or ())}}
         self.actor = ray.remote(BatchActor).options(num_cpus=1, resources=dict(options.pool_resources or {}),
                                                     max_restarts=0, max_task_retries=0)
         self.args = (ray.put(dataset), options, fields)
         self.members: list[Member] = []
+        self.leaving: list[Member] = []  # members taken out of the pool, stopped once their leases are received
         self.replaced = self.reissued = 0  # actors started in place of lost ones; batches issued again
-        self.last_error = ""
-        self.refill()
+        self.requested = 0  # actors' worth of resources asked of the autoscaler (0: nothing asked)
+        self.budget, self.last_error = 0, ""
+        if options.persistent_workers:
+            self.refill()
 
     def refill(self) -> None:
-        """Start members up to the pool's size, where the cluster can hold them; the replacement budget anew."""
+        """A new iteration: leases of one broken off are not waited for (members leaving are stopped);
+        members started up to the pool's size, where the cluster can hold them; the replacement budget anew."""
         self.budget = 2 * self.size + 2
+        for m in self.members:
+            m.in_flight = 0
+        self._stop(self.leaving)
+        self.leaving = []
         if self.placeable():
             while len(self.members) < self.size:
                 self.members.append(self._start())
@@ -51,10 +64,8 @@ class ActorPool:
 
     def placeable(self) -> bool:
         """Whether some live node of the cluster has the resources one actor needs (in total: busy or not)."""
-        for node in self.ray.nodes():
-            have = node.get("Resources", {})
-            if node.get("Alive") and all(have.get(k, 0.0) >= v for k, v in self.needs.items()):
-                return True
+        if capacity(self.ray.nodes(), self.needs) > 0:
+            return True
         self.last_error = f"no live node of the Ray cluster has the resources {self.needs} one pool actor needs"
         return False
 
@@ -81,6 +92,8 @@ class ActorPool:
         """`member` died under a lease (an error out of one of its calls): given up."""
         if member in self.members:
             self._give_up(member, exc)
+        elif member in self.leaving:  # it was going anyway: its leases are issued again, nothing replaces it
+            self.leaving.remove(member)
 
     def _give_up(self, member: Member, exc: BaseException | None) -> Member:
         self.members.remove(member)
@@ -89,23 +102,76 @@ class ActorPool:
         elif not self.last_error:
             self.last_error = f"an actor was not up {START_S:.0f} s after it was asked for"
         log.warning("datapipe: a Ray pool actor was lost (%s); its batches are issued again", self.last_error)
-        try:
-            self.ray.kill(member.handle, no_restart=True)
-        except Exception:  # already gone with its node
-            pass
+        self._stop([member])
         if self.budget > 0 and self.placeable():
             self.budget -= 1
             self.replaced += 1
             self.members.append(self._start())
         return member
 
+    def grow(self, at: int) -> bool:
+        """One actor more where the cluster has one's resources free now (and holds more than the pool);
+        else the autoscaler is asked for room for size + 1 (a hint: nothing happens on a fixed cluster).
+        Nothing while a member is still starting: its wait is not the pool's size."""
+        if any(not m.up for m in self.members):
+            return False
+        free = self.ray.available_resources()
+        if (len(self.members) < capacity(self.ray.nodes(), self.needs)
+                and all(free.get(k, 0.0) >= v for k, v in self.needs.items())):
+            self.size = len(self.members) + 1
+            self.members.append(self._start())
+            self.size_history.append((at, self.size))
+            return True
+        self.request(self.size + 1)
+        return False
+
+    def shrink(self, at: int) -> None:
+        """One actor fewer: the least busy member takes no new lease and is stopped once its leases are in."""
+        member = self.least_busy()
+        if member is None or len(self.members) < 2:
+            return
+        self.members.remove(member)
+        self.leaving.append(member)
+        self.size = len(self.members)
+        self.size_history.append((at, self.size))
+        if self.requested:
+            self.request(self.size)
+        self.settle()
+
+    def settle(self) -> None:
+        """Stop the members leaving whose leased batches are all received."""
+        done = [m for m in self.leaving if m.in_flight <= 0]
+        self._stop(done)
+        self.leaving = [m for m in self.leaving if m not in done]
+
+    def request(self, actors: int) -> None:
+        """Ask Ray's autoscaler for `actors` actors' resources in all (0: withdraw the request). It
+        overrides this cluster's previous request; without an autoscaler it is stored and unused."""
+        if actors == self.requested or not self.ray.is_initialized():
+            return
+        try:
+            from ray.autoscaler.sdk import request_resources
+            request_resources(bundles=[dict(self.needs)] * actors)
+            self.requested = actors
+        except Exception as exc:  # a hint: the pool works without it
+            log.debug("datapipe: request_resources failed: %s", exc)
+
     def least_busy(self) -> Member | None:
         return min(self.members, key=lambda m: m.in_flight, default=None)
 
+    def release(self) -> None:
+        """Stop every actor (their CPUs go back to the cluster); refill() starts them again."""
+        self._stop(self.members + self.leaving)
+        self.members, self.leaving = [], []
+
     def close(self) -> None:
-        for m in self.members:
+        self.release()
+        if self.requested:
+            self.request(0)
+
+    def _stop(self, members: list[Member]) -> None:
+        for m in members:
             try:
                 self.ray.kill(m.handle, no_restart=True)
-            except Exception:
+            except Exception:  # already gone with its node
                 pass
-        self.members = []
