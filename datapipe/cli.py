@@ -6,7 +6,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .cli_mix import add_mix_arguments, mix_lines, source_of_args
 from .errors import ExpectedError
@@ -133,7 +133,11 @@ def _run_verify(args: argparse.Namespace) -> int:
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="measure read, decode and loader throughput against a naive baseline")
     p.add_argument("data", nargs="+", help="packed datasets, image folders or shard patterns")
-    p.add_argument("--backends", default="threads,dataloader,prefetch,dali", help="comma-separated (default: all four)")
+    p.add_argument("--backends", "--backend", default="threads,dataloader,prefetch,dali",
+                   help="comma-separated, of threads,dataloader,prefetch,dali,ray (default: all but ray; ray: a pool "
+                        "of Ray actors, on the Ray at RAY_ADDRESS, else a local one; docs/pool.md)")
+    p.add_argument("--pool-workers", type=_sizes, default=(), metavar="N[,N...]",
+                   help="backend ray: the pool sizes to run, one row each (default: --workers's value)")
     p.add_argument("--suites", default="read,decode,baseline,pipeline,h2d",
                    help="comma-separated, of read,decode,baseline,pipeline,loader,h2d (default: all but loader, "
                         "which times num_workers and prefetch_factor)")
@@ -154,6 +158,23 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_run_bench)
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4)."""
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of pool sizes; write e.g. 1,2,4") from None
+
+
+def _join_ray_address() -> None:
+    """Connect to RAY_ADDRESS's cluster where it is set (the product reads no environment: the CLI does)."""
+    import os
+
+    if os.environ.get("RAY_ADDRESS"):
+        from .backends.ray.session import import_ray
+        import_ray().init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+
+
 def _run_bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -166,7 +187,9 @@ def _run_bench(args: argparse.Namespace) -> int:
         backends=tuple(b for b in args.backends.split(",") if b), batch_size=args.batch_size,
         image_size=args.image_size, seconds=args.seconds, repeats=args.repeats, warmup=args.warmup,
         workers=args.workers, simulate_step_ms=args.simulate_step, split=args.split, sampling=args.sampling,
-        cache_dir=args.cache_dir, cache_limit=args.cache_limit, recipe=args.recipe)
+        cache_dir=args.cache_dir, cache_limit=args.cache_limit, recipe=args.recipe, pool_workers=args.pool_workers)
+    if "ray" in options.backends:
+        _join_ray_address()
     quiet = logging.getLogger("datapipe")
     level = quiet.level
     if not args.verbose:  # no "backend (requested)" line per loader built: the progress bar is the only output
@@ -265,13 +288,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    import os
-
     from .cli_train import run_train
 
-    if getattr(args, "backend", None) == "ray" and os.environ.get("RAY_ADDRESS"):  # unset options are absent  # the product reads no environment: the CLI does
-        from .backends.ray.session import import_ray
-        import_ray().init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+    if getattr(args, "backend", None) == "ray":  # unset options are absent
+        _join_ray_address()
     return run_train(args)
 
 
@@ -294,6 +314,16 @@ def _run_gpu_selftest(args: argparse.Namespace) -> int:
     return exit_status(results)
 
 
+def _cluster_checks(args: argparse.Namespace, env: Mapping[str, str]) -> list:
+    """doctor's cluster section: --ray ADDRESS, else RAY_ADDRESS, else --ray alone ('auto'); else one line."""
+    from .doctor_cluster import SizingOptions, ray_checks
+
+    address = args.ray if args.ray not in (None, "auto") else env.get("RAY_ADDRESS") or args.ray
+    sizing = SizingOptions(images_per_s=args.images_per_s, image_size=args.image_size,
+                           jpeg_bytes=int(args.jpeg_kb * 1000), link_gbit=args.link_gbit)
+    return ray_checks(address, sizing)
+
+
 def _run_doctor(args: argparse.Namespace) -> int:
     import os
 
@@ -301,7 +331,7 @@ def _run_doctor(args: argparse.Namespace) -> int:
 
     if args.gpu:
         return _run_gpu_selftest(args)
-    checks = diagnose(args.data, os.environ)
+    checks = diagnose(args.data, os.environ) + _cluster_checks(args, os.environ)
     if args.json:
         print(json.dumps(as_json(checks), indent=2, default=str))
         return 0
@@ -377,6 +407,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", action="store_true",
                    help="run the GPU self-test instead: each GPU path against the CPU path on the same records "
                         "(DALI decode, prefetcher, pinned copies, AMP, NCCL); exit status 1 on a mismatch")
+    ray = p.add_argument_group("cluster", "a running Ray cluster for backend='ray' and the pool's sizing there "
+                                          "(docs/clusters.md); never starts one")
+    ray.add_argument("--ray", nargs="?", const="auto", metavar="HOST:PORT",
+                     help="describe the Ray cluster at HOST:PORT (alone: RAY_ADDRESS's, else the one `ray start` "
+                          "runs on this machine); RAY_ADDRESS set also turns this on")
+    ray.add_argument("--images-per-s", type=float, help="the image rate to size for (default: 3,000 per GPU of the cluster)")
+    ray.add_argument("--image-size", type=int, default=224, help="the side of the decoded images shipped (default 224)")
+    ray.add_argument("--jpeg-kb", type=float, default=110.0, help="mean encoded image size in KB (default 110, ImageNet's)")
+    ray.add_argument("--link-gbit", type=float, default=100.0, help="the network link of a GPU node, Gbit/s (default 100)")
     p.set_defaults(run=_run_doctor)
     _add_preview(sub)
     return parser

@@ -48,6 +48,11 @@ class Lease:
         self.items, self.member, self.ref = items, None, None
 
 
+def host_bytes(host: tuple) -> int:
+    """The bytes of a host batch's tensors (images, labels, indices): what its trip from an actor carries."""
+    return sum(t.nbytes for t in host if isinstance(t, torch.Tensor))
+
+
 def pinned(host: tuple) -> tuple:
     """A received host batch with its images and labels in page-locked memory (torch's caching host
     allocator reuses the blocks), so their copies to the GPU run asynchronously on a side stream."""
@@ -75,6 +80,7 @@ class RayLoader(Loader):
         self._local: DecodedRecords | None = None
         self.fell_back = False  # the one warning was given
         self.local_batches = 0  # batches decoded in this process (the fallback)
+        self.received_bytes = self.received_images = 0  # host batches received from the pool (datapipe.bench)
         self.ray, owned = session.connect()
         self._finalizer = weakref.finalize(self, _close, None, self.ray, owned)  # Ray stopped even if the pool fails
         self.pool = ActorPool(self.ray, dataset, options, self.field_spec)
@@ -142,6 +148,8 @@ class RayLoader(Loader):
                 continue
             lease.member.in_flight -= 1
             leases.popleft()
+            self.received_bytes += host_bytes(host)
+            self.received_images += len(host[2])
             return host
         leases.popleft()
         self.local_batches += 1
