@@ -6,8 +6,9 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
+from .cli_doctor import add_doctor
 from .cli_mix import add_mix_arguments, mix_lines, source_of_args
 from .errors import ExpectedError
 
@@ -138,6 +139,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                         "of Ray actors, on the Ray at RAY_ADDRESS, else a local one; docs/pool.md)")
     p.add_argument("--pool-workers", type=_sizes, default=(), metavar="N[,N...]",
                    help="backend ray: the pool sizes to run, one row each (default: --workers's value)")
+    p.add_argument("--pool-resources", type=_resources, default=(), metavar="NAME=N[,NAME=N]",
+                   help="backend ray: Ray resources each actor asks for, e.g. datapipe=1 keeps the pool on the nodes "
+                        "started with --resources='{\"datapipe\": N}' (docs/clusters.md)")
     p.add_argument("--suites", default="read,decode,baseline,pipeline,h2d",
                    help="comma-separated, of read,decode,baseline,pipeline,loader,h2d (default: all but loader, "
                         "which times num_workers and prefetch_factor)")
@@ -175,6 +179,14 @@ def _join_ray_address() -> None:
         import_ray().init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
 
 
+def _resources(text: str) -> tuple[tuple[str, float], ...]:
+    """'datapipe=1' -> (('datapipe', 1.0),)."""
+    try:
+        return tuple((name.strip(), float(amount)) for name, amount in (x.split("=") for x in text.split(",") if x))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of Ray resources; write e.g. datapipe=1") from None
+
+
 def _run_bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -187,7 +199,8 @@ def _run_bench(args: argparse.Namespace) -> int:
         backends=tuple(b for b in args.backends.split(",") if b), batch_size=args.batch_size,
         image_size=args.image_size, seconds=args.seconds, repeats=args.repeats, warmup=args.warmup,
         workers=args.workers, simulate_step_ms=args.simulate_step, split=args.split, sampling=args.sampling,
-        cache_dir=args.cache_dir, cache_limit=args.cache_limit, recipe=args.recipe, pool_workers=args.pool_workers)
+        cache_dir=args.cache_dir, cache_limit=args.cache_limit, recipe=args.recipe, pool_workers=args.pool_workers,
+        pool_resources=args.pool_resources)
     if "ray" in options.backends:
         _join_ray_address()
     quiet = logging.getLogger("datapipe")
@@ -295,52 +308,6 @@ def _run_train(args: argparse.Namespace) -> int:
     return run_train(args)
 
 
-def _run_gpu_selftest(args: argparse.Namespace) -> int:
-    import os
-
-    from .doctor import machine_info
-    from .selftest import document, exit_status, gpu_absent, run_selftest, table
-
-    absent = gpu_absent()
-    if absent is not None:
-        print(json.dumps({"results": [], "message": absent, "exit_status": 0}) if args.json else absent)
-        return 0
-    results = run_selftest(args.data, env=os.environ,
-                           progress=(lambda name: print(f"checking {name} ...", file=sys.stderr)) if not args.json else None)
-    if args.json:
-        print(json.dumps(document(results, machine_info()), indent=2, default=str))
-    else:
-        print(table(results, "datapipe GPU self-test (docs/gpu.md)"))
-    return exit_status(results)
-
-
-def _cluster_checks(args: argparse.Namespace, env: Mapping[str, str]) -> list:
-    """doctor's cluster section: --ray ADDRESS, else RAY_ADDRESS, else --ray alone ('auto'); else one line."""
-    from .doctor_cluster import SizingOptions, ray_checks
-
-    address = args.ray if args.ray not in (None, "auto") else env.get("RAY_ADDRESS") or args.ray
-    sizing = SizingOptions(images_per_s=args.images_per_s, image_size=args.image_size,
-                           jpeg_bytes=int(args.jpeg_kb * 1000), link_gbit=args.link_gbit)
-    return ray_checks(address, sizing)
-
-
-def _run_doctor(args: argparse.Namespace) -> int:
-    import os
-
-    from .doctor import as_json, diagnose
-
-    if args.gpu:
-        return _run_gpu_selftest(args)
-    checks = diagnose(args.data, os.environ) + _cluster_checks(args, os.environ)
-    if args.json:
-        print(json.dumps(as_json(checks), indent=2, default=str))
-        return 0
-    marks = {"ok": "  ok ", "warn": "WARN ", "info": "info "}
-    for c in checks:
-        print(f"{marks[c.status]} {c.name:24} {c.value}" + (f"\n       -> {c.hint}" if c.hint else ""))
-    return 0
-
-
 def _add_preview(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("preview", help="a PNG grid of a few records over a few epochs as training receives them, "
                                        "from each backend side by side (same record, same view)")
@@ -400,23 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_run_verify)
     _add_bench(sub)
     _add_train(sub)
-    p = sub.add_parser("doctor", help="check torch, CUDA, DALI, cores, pinned memory, disk and environment")
-    p.add_argument("data", nargs="?", help="a dataset path: also check its disk's free space and read speed "
-                                           "(with --gpu: the records the self-test reads)")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--gpu", action="store_true",
-                   help="run the GPU self-test instead: each GPU path against the CPU path on the same records "
-                        "(DALI decode, prefetcher, pinned copies, AMP, NCCL); exit status 1 on a mismatch")
-    ray = p.add_argument_group("cluster", "a running Ray cluster for backend='ray' and the pool's sizing there "
-                                          "(docs/clusters.md); never starts one")
-    ray.add_argument("--ray", nargs="?", const="auto", metavar="HOST:PORT",
-                     help="describe the Ray cluster at HOST:PORT (alone: RAY_ADDRESS's, else the one `ray start` "
-                          "runs on this machine); RAY_ADDRESS set also turns this on")
-    ray.add_argument("--images-per-s", type=float, help="the image rate to size for (default: 3,000 per GPU of the cluster)")
-    ray.add_argument("--image-size", type=int, default=224, help="the side of the decoded images shipped (default 224)")
-    ray.add_argument("--jpeg-kb", type=float, default=110.0, help="mean encoded image size in KB (default 110, ImageNet's)")
-    ray.add_argument("--link-gbit", type=float, default=100.0, help="the network link of a GPU node, Gbit/s (default 100)")
-    p.set_defaults(run=_run_doctor)
+    add_doctor(sub)
     _add_preview(sub)
     return parser
 

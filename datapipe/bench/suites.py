@@ -65,6 +65,7 @@ class BenchOptions:
     cache_limit: int | None = None
     recipe: str | None = None  # a preset name (datapipe.augment): the loader suites serve that recipe
     pool_workers: tuple[int, ...] = ()  # backend="ray": one pipeline row per pool size (empty: `workers`'s)
+    pool_resources: tuple[tuple[str, float], ...] = ()  # backend="ray": each actor's Ray resources, e.g. datapipe=1
 
     def __post_init__(self) -> None:
         if self.recipe is not None:
@@ -303,7 +304,8 @@ def _pool_cases(name: str, ds: Dataset, opts: BenchOptions, device: torch.device
         return [Case(name, ds.format, "pipeline", "ray", None, note="skipped: Ray is not installed: "
                      "pip install 'datapipe[ray]'")]
     settings = dict(batch_size=opts.batch_size, image_size=opts.image_size, device=opts.device,
-                    sampling=opts.sampling, recipe=opts.recipe, max_bad_fraction=1.0)
+                    sampling=opts.sampling, recipe=opts.recipe, max_bad_fraction=1.0,
+                    pool_resources=dict(opts.pool_resources) or None)
     cases = []
     for size in opts.pool_workers or (workers,):
         runs = PoolRuns(ds, size, settings)

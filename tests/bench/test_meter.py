@@ -98,10 +98,13 @@ def test_ray_is_a_bench_backend_with_pool_sizes():
     assert options.pool_workers == (1, 2)
     with pytest.raises(ValueError, match="pool_workers must be pool sizes >= 1"):
         BenchOptions(backends=("ray",), pool_workers=(0,))
-    args = build_parser().parse_args(["bench", "d", "--backend", "ray", "--pool-workers", "1,2"])
-    assert args.backends == "ray" and args.pool_workers == (1, 2)
+    args = build_parser().parse_args(["bench", "d", "--backend", "ray", "--pool-workers", "1,2",
+                                      "--pool-resources", "datapipe=1"])
+    assert args.backends == "ray" and args.pool_workers == (1, 2) and args.pool_resources == (("datapipe", 1.0),)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "d", "--pool-workers", "1,x"])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "d", "--pool-resources", "datapipe"])
 
 
 def test_without_ray_the_ray_row_says_skipped(monkeypatch, packed_lmdb):
