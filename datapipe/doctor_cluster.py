@@ -47,8 +47,10 @@ def resolve(address: str) -> str:
     """host:port of `address` ('auto': the cluster `ray start` recorded on this machine); Unreachable if none."""
     if address != "auto":
         return address
-    from ray._private.services import canonicalize_bootstrap_address_or_die  # Ray's own reading of 'auto'
-
+    try:  # Ray's own reading of 'auto' (a private function: where it is gone, ray.init reads it unprobed)
+        from ray._private.services import canonicalize_bootstrap_address_or_die
+    except ImportError:
+        return address
     try:
         return canonicalize_bootstrap_address_or_die("auto")
     except (ConnectionError, ValueError) as exc:
@@ -77,7 +79,8 @@ def connect(address: str | None) -> tuple[Any, bool]:
     if address is None:
         raise Unreachable("not connected to a Ray cluster: give --ray [HOST:PORT] or set RAY_ADDRESS")
     target = resolve(address)
-    probe(target)
+    if target != "auto":
+        probe(target)
     try:
         ray.init(address=target, logging_level=logging.WARNING, log_to_driver=False)
     except Exception as exc:  # ConnectionError, a version mismatch, an auth token refused

@@ -96,3 +96,22 @@ def test_an_unreachable_head_is_one_line_not_a_traceback():
     if not sys.modules["ray"].is_initialized():
         [bad] = ray_checks("nohost")
         assert bad.status == "warn" and "'nohost' is not a Ray address: give HOST:PORT" in bad.value
+
+
+def test_which_cluster_doctor_asks_for(monkeypatch):
+    """--ray HOST:PORT, else RAY_ADDRESS, else --ray alone ('auto'); neither: none (one info line)."""
+    from datapipe import cli_doctor
+    from datapipe.cli import build_parser
+
+    asked = []
+    monkeypatch.setattr(doctor_cluster, "ray_checks", lambda address, sizing: asked.append((address, sizing)) or [])
+
+    def address(*argv, env=None):
+        cli_doctor.cluster_checks(build_parser().parse_args(["doctor", *argv]), env or {})
+        return asked[-1][0]
+
+    assert address() is None and address("--ray") == "auto"
+    assert address(env={"RAY_ADDRESS": "h:1"}) == "h:1" and address("--ray", env={"RAY_ADDRESS": "h:1"}) == "h:1"
+    assert address("--ray", "x:2", env={"RAY_ADDRESS": "h:1"}) == "x:2"
+    address("--jpeg-kb", "40", "--link-gbit", "25", "--images-per-s", "9000")
+    assert asked[-1][1] == SizingOptions(images_per_s=9000, jpeg_bytes=40_000, link_gbit=25)
