@@ -8,6 +8,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 
+from .cli_doctor import add_doctor
 from .cli_mix import add_mix_arguments, mix_lines, source_of_args
 from .errors import ExpectedError
 
@@ -133,7 +134,14 @@ def _run_verify(args: argparse.Namespace) -> int:
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="measure read, decode and loader throughput against a naive baseline")
     p.add_argument("data", nargs="+", help="packed datasets, image folders or shard patterns")
-    p.add_argument("--backends", default="threads,dataloader,prefetch,dali", help="comma-separated (default: all four)")
+    p.add_argument("--backends", "--backend", default="threads,dataloader,prefetch,dali",
+                   help="comma-separated, of threads,dataloader,prefetch,dali,ray (default: all but ray; ray: a pool "
+                        "of Ray actors, on the Ray at RAY_ADDRESS, else a local one; docs/pool.md)")
+    p.add_argument("--pool-workers", type=_sizes, default=(), metavar="N[,N...]",
+                   help="backend ray: the pool sizes to run, one row each (default: --workers's value)")
+    p.add_argument("--pool-resources", type=_resources, default=(), metavar="NAME=N[,NAME=N]",
+                   help="backend ray: Ray resources each actor asks for, e.g. datapipe=1 keeps the pool on the nodes "
+                        "started with --resources='{\"datapipe\": N}' (docs/clusters.md)")
     p.add_argument("--suites", default="read,decode,baseline,pipeline,h2d",
                    help="comma-separated, of read,decode,baseline,pipeline,loader,h2d (default: all but loader, "
                         "which times num_workers and prefetch_factor)")
@@ -154,6 +162,31 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_run_bench)
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4)."""
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of pool sizes; write e.g. 1,2,4") from None
+
+
+def _join_ray_address() -> None:
+    """Connect to RAY_ADDRESS's cluster where it is set (the product reads no environment: the CLI does)."""
+    import os
+
+    if os.environ.get("RAY_ADDRESS"):
+        from .backends.ray.session import import_ray
+        import_ray().init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+
+
+def _resources(text: str) -> tuple[tuple[str, float], ...]:
+    """'datapipe=1' -> (('datapipe', 1.0),)."""
+    try:
+        return tuple((name.strip(), float(amount)) for name, amount in (x.split("=") for x in text.split(",") if x))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of Ray resources; write e.g. datapipe=1") from None
+
+
 def _run_bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -166,7 +199,10 @@ def _run_bench(args: argparse.Namespace) -> int:
         backends=tuple(b for b in args.backends.split(",") if b), batch_size=args.batch_size,
         image_size=args.image_size, seconds=args.seconds, repeats=args.repeats, warmup=args.warmup,
         workers=args.workers, simulate_step_ms=args.simulate_step, split=args.split, sampling=args.sampling,
-        cache_dir=args.cache_dir, cache_limit=args.cache_limit, recipe=args.recipe)
+        cache_dir=args.cache_dir, cache_limit=args.cache_limit, recipe=args.recipe, pool_workers=args.pool_workers,
+        pool_resources=args.pool_resources)
+    if "ray" in options.backends:
+        _join_ray_address()
     quiet = logging.getLogger("datapipe")
     level = quiet.level
     if not args.verbose:  # no "backend (requested)" line per loader built: the progress bar is the only output
@@ -265,50 +301,11 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    import os
-
     from .cli_train import run_train
 
-    if getattr(args, "backend", None) == "ray" and os.environ.get("RAY_ADDRESS"):  # unset options are absent  # the product reads no environment: the CLI does
-        from .backends.ray.session import import_ray
-        import_ray().init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+    if getattr(args, "backend", None) == "ray":  # unset options are absent
+        _join_ray_address()
     return run_train(args)
-
-
-def _run_gpu_selftest(args: argparse.Namespace) -> int:
-    import os
-
-    from .doctor import machine_info
-    from .selftest import document, exit_status, gpu_absent, run_selftest, table
-
-    absent = gpu_absent()
-    if absent is not None:
-        print(json.dumps({"results": [], "message": absent, "exit_status": 0}) if args.json else absent)
-        return 0
-    results = run_selftest(args.data, env=os.environ,
-                           progress=(lambda name: print(f"checking {name} ...", file=sys.stderr)) if not args.json else None)
-    if args.json:
-        print(json.dumps(document(results, machine_info()), indent=2, default=str))
-    else:
-        print(table(results, "datapipe GPU self-test (docs/gpu.md)"))
-    return exit_status(results)
-
-
-def _run_doctor(args: argparse.Namespace) -> int:
-    import os
-
-    from .doctor import as_json, diagnose
-
-    if args.gpu:
-        return _run_gpu_selftest(args)
-    checks = diagnose(args.data, os.environ)
-    if args.json:
-        print(json.dumps(as_json(checks), indent=2, default=str))
-        return 0
-    marks = {"ok": "  ok ", "warn": "WARN ", "info": "info "}
-    for c in checks:
-        print(f"{marks[c.status]} {c.name:24} {c.value}" + (f"\n       -> {c.hint}" if c.hint else ""))
-    return 0
 
 
 def _add_preview(sub: argparse._SubParsersAction) -> None:
@@ -370,14 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_run_verify)
     _add_bench(sub)
     _add_train(sub)
-    p = sub.add_parser("doctor", help="check torch, CUDA, DALI, cores, pinned memory, disk and environment")
-    p.add_argument("data", nargs="?", help="a dataset path: also check its disk's free space and read speed "
-                                           "(with --gpu: the records the self-test reads)")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--gpu", action="store_true",
-                   help="run the GPU self-test instead: each GPU path against the CPU path on the same records "
-                        "(DALI decode, prefetcher, pinned copies, AMP, NCCL); exit status 1 on a mismatch")
-    p.set_defaults(run=_run_doctor)
+    add_doctor(sub)
     _add_preview(sub)
     return parser
 

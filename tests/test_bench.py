@@ -72,8 +72,8 @@ def test_timing_window_leaves_out_the_free_drain_of_a_look_ahead_loader():
                 now[0] += 0.01
             yield [0] * 10
 
-    rate, _ = timed(batches, len, BenchOptions(seconds=60, warmup=2), torch.device("cpu"), step=False,
-                    clock=lambda: now[0])(0)
+    rate = timed(batches, len, BenchOptions(seconds=60, warmup=2), torch.device("cpu"), step=False,
+                 clock=lambda: now[0])(0).images_per_s
     assert rate == pytest.approx(1000)
 
 

@@ -5,7 +5,9 @@ CPUs; the threads backend gets `--workers` decode threads.
 
     python tools/bench_ray_pool.py DATASET [--workers 2] [--runs 3] [--batch-size 32] [--out benchmarks/ray-pool-cpu]
 
-CPU per image: time.process_time() of this process (its threads included; not the actors'), per image.
+CPU per image: time.process_time() of this process (its threads included; not the actors'), per image;
+bytes per image: the host batches received from the pool (datapipe.bench.meter, which `datapipe bench
+--backend ray` measures with too).
 """
 from __future__ import annotations
 
@@ -15,23 +17,17 @@ import logging
 import os
 import platform
 import statistics
-import time
 from pathlib import Path
 
 import ray
 import torch
 
 from datapipe import make_loader
+from datapipe.bench.meter import epoch_usage
 
 
 def one_epoch(loader, epoch: int) -> dict:
-    loader.set_epoch(epoch)
-    cpu, wall, images = time.process_time(), time.perf_counter(), 0
-    for batch in loader:
-        images += len(batch.indices)
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return {"images": images, "wall_s": wall, "cpu_s": cpu, "images_per_s": images / wall,
-            "trainer_cpu_ms_per_image": 1000 * cpu / images}
+    return epoch_usage(loader, epoch).as_dict()
 
 
 def main() -> int:

@@ -10,8 +10,9 @@ from tqdm import tqdm
 from ..errors import ExpectedError, first_line
 from ..formats import open_dataset
 from ..storage import redact
+from .pool import ray_session
 from .settle import settle
-from .suites import SUITES, BenchOptions, Case, Row
+from .suites import SUITES, BenchOptions, Case, Row, Timing
 
 log = logging.getLogger(__name__)
 
@@ -22,18 +23,24 @@ def run_bench(sources: list[str | Path], options: BenchOptions = BenchOptions(),
     """Run the suites on every source; rows come back in a stable order (source, then suite).
     `progress`: one bar over every timed run, naming the one running. The `loader` suite (num_workers,
     prefetch_factor) is not in the default list: 4 more loader rows per source. `verdicts.verdicts(rows)`
-    reads the rows."""
+    reads the rows. With backend "ray" the bench runs on one Ray (bench/pool.py)."""
     unknown = set(suites) - set(SUITES)
     if unknown:
         raise ValueError(f"unknown suites {sorted(unknown)}; choose from {sorted(SUITES)}")
     device = torch.device(options.device) if options.device else (
         torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
+    with ray_session("ray" in options.backends and "pipeline" in suites):
+        return _run_cases(sources, options, suites, device, progress)
+
+
+def _run_cases(sources: list[str | Path], options: BenchOptions, suites: tuple[str, ...], device: torch.device,
+               progress: bool) -> list[Row]:
     cases = []
     for source in sources:
         ds = open_dataset(source, options.split, cache_dir=options.cache_dir, cache_limit=options.cache_limit)
         for suite in suites:
             cases += SUITES[suite](redact(source), ds, options, device)  # rows, logs and JSON show no secret
-    results: dict[int, list[tuple[float, float]]] = {id(c): [] for c in cases}
+    results: dict[int, list[Timing]] = {id(c): [] for c in cases}
     runnable = [c for c in cases if c.run is not None]
     with tqdm(total=options.repeats * len(runnable), desc="bench", unit="run", disable=not progress) as bar:
         for repeat in range(options.repeats):  # round-robin: drift on a shared machine hits every row alike
@@ -57,4 +64,4 @@ def run_bench(sources: list[str | Path], options: BenchOptions = BenchOptions(),
     return [case.row(results[id(case)], options) for case in cases]
 
 
-__all__ = ["run_bench", "BenchOptions", "Case", "Row", "SUITES"]
+__all__ = ["run_bench", "BenchOptions", "Case", "Row", "SUITES", "Timing"]

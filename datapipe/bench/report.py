@@ -18,7 +18,10 @@ def baseline_of(rows: list[Row], row: Row) -> Row | None:
 
 
 def table(rows: list[Row]) -> str:
-    head = f"{'data':22} {'format':7} {'suite':9} {'backend':18} {'img/s':>8} {'MB/s':>8} {'x naive':>8} {'wait%':>6}"
+    """One line per row. KB/img: the bytes MB/s counts per image (a record read; for backend="ray" the
+    host batch received, so MB/s is the network rate the pool needs); cpu ms/img: this process's CPU."""
+    head = (f"{'data':22} {'format':7} {'suite':9} {'backend':18} {'img/s':>8} {'MB/s':>8} {'x naive':>8} {'wait%':>6} "
+            f"{'KB/img':>7} {'cpu ms/img':>10}")
     lines = [head, "-" * len(head)]
     for r in rows:
         base = baseline_of(rows, r)
@@ -26,8 +29,10 @@ def table(rows: list[Row]) -> str:
         mb = f"{r.mb_per_s:8.1f}" if r.mb_per_s is not None else " " * 8
         wait = f"{r.data_wait_pct:6.1f}" if r.data_wait_pct is not None else " " * 6
         rate = f"{r.images_per_s:8.0f}" if not r.note else "skipped"
+        kb = f"{r.bytes_per_image / 1e3:7.1f}" if r.bytes_per_image else " " * 7
+        cpu = f"{r.trainer_cpu_ms_per_image:10.2f}" if r.trainer_cpu_ms_per_image is not None else " " * 10
         lines.append(f"{Path(r.data).name[:22]:22} {r.format[:7]:7} {r.suite:9} {r.backend[:18]:18} {rate:>8} {mb} "
-                     f"{ratio} {wait}" + (f"  {r.note}" if r.note else ""))
+                     f"{ratio} {wait} {kb} {cpu}" + (f"  {r.note}" if r.note else ""))
     return "\n".join(lines)
 
 

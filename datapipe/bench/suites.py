@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -28,8 +28,22 @@ from ..formats.folder import FolderDataset
 from ..transforms import plan_and_decode, region_decoder_available, set_region_decoding
 from .advice import DEFAULT_PREFETCH_FACTOR, default_backend, default_decode, default_memory, default_workers
 from .baselines import naive_loader, plain_dali_loader
+from .meter import per_image_ms, process_cpu_s
+from .pool import PoolRuns, ray_installed
 
 log = logging.getLogger(__name__)
+
+
+BACKENDS = ("threads", "dataloader", "prefetch", "dali", "ray")
+LOADER_SUITES = ("baseline", "pipeline", "loader")  # the rows that report the trainer's CPU per image
+
+
+class Timing(NamedTuple):
+    """One timed run: images/s, % of the time waiting for a batch, this process's CPU ms per image."""
+
+    images_per_s: float
+    wait_pct: float
+    cpu_ms_per_image: float
 
 
 @dataclass(frozen=True)
@@ -50,15 +64,19 @@ class BenchOptions:
     cache_dir: str | None = None
     cache_limit: int | None = None
     recipe: str | None = None  # a preset name (datapipe.augment): the loader suites serve that recipe
+    pool_workers: tuple[int, ...] = ()  # backend="ray": one pipeline row per pool size (empty: `workers`'s)
+    pool_resources: tuple[tuple[str, float], ...] = ()  # backend="ray": each actor's Ray resources, e.g. datapipe=1
 
     def __post_init__(self) -> None:
         if self.recipe is not None:
             from ..augment.recipe import resolve_recipe
 
             resolve_recipe(self.recipe)  # a ValueError naming the presets
-        unknown = set(self.backends) - {"threads", "dataloader", "prefetch", "dali"}
+        unknown = set(self.backends) - set(BACKENDS)
         if unknown:
-            raise ValueError(f"unknown backends {sorted(unknown)}; choose from threads, dataloader, prefetch, dali")
+            raise ValueError(f"unknown backends {sorted(unknown)}; choose from {', '.join(BACKENDS)}")
+        if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in self.pool_workers):
+            raise ValueError(f"pool_workers must be pool sizes >= 1, e.g. (1, 2); got {self.pool_workers!r}")
         if self.repeats < 1 or self.seconds <= 0 or self.batch_size < 1 or self.warmup < 0:
             raise ValueError("repeats and batch_size must be >= 1, seconds > 0, warmup >= 0")
         if self.simulate_step_ms < 0:
@@ -80,32 +98,35 @@ class Row:
     note: str = ""
     knobs: dict[str, str] = field(default_factory=dict)
     defaults: list[str] = field(default_factory=list)
+    trainer_cpu_ms_per_image: float | None = None  # this process's CPU (meter.py), loader rows only
+    bytes_per_image: float | None = None  # what mb_per_s counts: a record read, a host batch received (ray)
 
 
 @dataclass
 class Case:
-    """One thing to time: `run(repeat)` makes one timed run and returns (images/s, % time waiting)."""
+    """One thing to time: `run(repeat)` makes one timed run and returns its Timing."""
 
     data: str
     format: str
     suite: str
     backend: str
-    run: Callable[[int], tuple[float, float]] | None
+    run: Callable[[int], Timing] | None
     bytes_per_image: float | None = None
     note: str = ""
     knobs: dict[str, str] = field(default_factory=dict)  # knob -> the setting this case measures (verdicts.py)
     defaults: list[str] = field(default_factory=list)  # knobs whose setting here is datapipe's default (advice.py)
 
-    def row(self, results: list[tuple[float, float]], opts: "BenchOptions") -> Row:
+    def row(self, results: list[Timing], opts: "BenchOptions") -> Row:
         labels = dict(note=self.note, knobs=self.knobs, defaults=self.defaults)
         if self.run is None:
             return Row(self.data, self.format, self.suite, self.backend, 0.0, **labels)
-        rates = [r for r, _ in results]
+        rates = [t[0] for t in results]
         rate = statistics.median(rates)
-        wait = statistics.median(w for _, w in results) if opts.simulate_step_ms and self.suite != "h2d" else None
+        wait = statistics.median(t[1] for t in results) if opts.simulate_step_ms and self.suite != "h2d" else None
         mb = rate * self.bytes_per_image / 1e6 if self.bytes_per_image else None
+        cpu = statistics.median(t[2] for t in results) if self.suite in LOADER_SUITES else None
         return Row(self.data, self.format, self.suite, self.backend, rate, mb, wait, [round(r, 1) for r in rates],
-                   **labels)
+                   **labels, trainer_cpu_ms_per_image=cpu, bytes_per_image=self.bytes_per_image)
 
 
 def _cuda_sync(device: torch.device) -> None:
@@ -133,20 +154,27 @@ DRAIN_BATCHES = 2
 
 
 def timed(make_batches: Callable[[int], Iterable[Any]], count: Callable[[Any], int], opts: BenchOptions,
-          device: torch.device, step: bool = True,
-          clock: Callable[[], float] = time.perf_counter) -> Callable[[int], tuple[float, float]]:
+          device: torch.device, step: bool = True, clock: Callable[[], float] = time.perf_counter,
+          cpu: Callable[[], float] = process_cpu_s) -> Callable[[int], Timing]:
     """A run function: warm-up batches, then batches until `seconds` pass or the epoch ends; in
     the second case the window ends DRAIN_BATCHES batches before the end of the epoch. `clock`
-    is injectable so the window logic is tested without timing anything."""
+    and `cpu` (this process's CPU seconds) are injectable so the window logic is tested without
+    timing anything. The batches' iterator is closed at the end (a generator's `finally` runs)."""
 
-    def run(repeat: int) -> tuple[float, float]:
+    def run(repeat: int) -> Timing:
         batches = iter(make_batches(repeat))
+        try:
+            return window(batches)
+        finally:
+            getattr(batches, "close", lambda: None)()
+
+    def window(batches: Iterator[Any]) -> Timing:
         for _ in range(opts.warmup):
             next(batches, None)
         _cuda_sync(device)
-        started = clock()
+        started, cpu0 = clock(), cpu()
         images, waited = 0, 0.0
-        marks = [(0.0, 0, 0.0)]  # (seconds, images, seconds waited) after each batch
+        marks = [(0.0, 0, 0.0, 0.0)]  # (seconds, images, seconds waited, CPU seconds) after each batch
         ended = False
         while marks[-1][0] < opts.seconds:
             asked = clock()
@@ -159,14 +187,14 @@ def timed(make_batches: Callable[[int], Iterable[Any]], count: Callable[[Any], i
             if step:
                 _fake_step(opts.simulate_step_ms, device)
             _cuda_sync(device)
-            marks.append((clock() - started, images, waited))
+            marks.append((clock() - started, images, waited, cpu() - cpu0))
         if ended and len(marks) > DRAIN_BATCHES + 1:
             marks = marks[:-DRAIN_BATCHES]
-        elapsed, images, waited = marks[-1]
+        elapsed, images, waited, cpu_s = marks[-1]
         if images == 0:
             raise ValueError(f"no batch left after {opts.warmup} warm-up batches: use a larger dataset, "
                              "a smaller --batch-size or --warmup 0")
-        return images / elapsed, 100 * waited / elapsed
+        return Timing(images / elapsed, 100 * waited / elapsed, per_image_ms(cpu_s, images))
 
     return run
 
@@ -253,6 +281,9 @@ def suite_pipeline(name: str, ds: Dataset, opts: BenchOptions, device: torch.dev
     auto, _ = default_backend(device, remote=ds.location.remote)
     cases = []
     for backend in opts.backends:
+        if backend == "ray":
+            cases += _pool_cases(name, ds, opts, device)
+            continue
         case = _loader_case(name, ds, opts, device, "pipeline", backend, backend)
         case.knobs, case.defaults = {"backend": backend}, []
         if backend == auto:
@@ -261,6 +292,34 @@ def suite_pipeline(name: str, ds: Dataset, opts: BenchOptions, device: torch.dev
         if device.type == "cuda" and backend in ("prefetch", "dataloader"):
             case.knobs["cuda_stream"] = "on" if backend == "prefetch" else "off"
             case.defaults += ["cuda_stream"] if backend == "prefetch" else []
+        cases.append(case)
+    return cases
+
+
+def _pool_cases(name: str, ds: Dataset, opts: BenchOptions, device: torch.device) -> list[Case]:
+    """backend="ray" at each pool size (pool.py); the row whose pool has as many CPUs as the other
+    backends' workers also stands for the backend, against auto's."""
+    workers = opts.workers if opts.workers is not None else default_workers(device)
+    if not ray_installed():
+        return [Case(name, ds.format, "pipeline", "ray", None, note="skipped: Ray is not installed: "
+                     "pip install 'datapipe[ray]'")]
+    settings = dict(batch_size=opts.batch_size, image_size=opts.image_size, device=opts.device,
+                    sampling=opts.sampling, recipe=opts.recipe, max_bad_fraction=1.0,
+                    pool_resources=dict(opts.pool_resources) or None)
+    cases = []
+    for size in opts.pool_workers or (workers,):
+        runs = PoolRuns(ds, size, settings)
+        case = Case(name, ds.format, "pipeline", f"ray p={size}", None, knobs={"pool_workers": str(size)})
+        if size == workers:
+            case.knobs["backend"] = "ray"
+
+        def run(repeat: int, case: Case = case, runs: PoolRuns = runs,
+                timing: Callable[[int], Timing] = timed(runs, lambda b: len(b.images), opts, device)) -> Timing:
+            result = timing(repeat)
+            case.bytes_per_image = runs.bytes_per_image
+            return result
+
+        case.run = run
         cases.append(case)
     return cases
 

@@ -49,6 +49,7 @@ SPECS = (
     Spec("backend", ("pipeline",)),
     Spec("format", ("pipeline",), reference="folder", across_data=True, hold=("backend",)),
     Spec("cuda_stream", ("pipeline",), reference="off"),
+    Spec("pool_workers", ("pipeline",)),
     Spec("workers", ("loader",), hold=("prefetch_factor",)),
     Spec("prefetch_factor", ("loader",), hold=("workers",)),
     Spec("pinned_memory", ("h2d",), reference="pageable"),

@@ -190,7 +190,7 @@ def test_non_persistent_pools_take_turns_on_a_full_cluster(cluster, packed_lmdb,
     """A train pool of two whole-node actors fills the cluster; released at the end of its epoch, the
     val pool's actor runs (before: given up after START_S, and a PoolFallback); the train pool starts again."""
     gc.collect()
-    monkeypatch.setattr(pool_module, "START_S", 5.0)
+    monkeypatch.setattr(pool_module, "START_S", 30.0)  # 5 s gave up actors still starting on a loaded machine
     kw = dict(TINY, backend="ray", persistent_workers=False, pool_resources=WHOLE_NODE)
     train = make_loader(packed_lmdb, pool_workers=2, **kw)
     val = make_loader(packed_lmdb, split="val", train=False, pool_workers=1, **kw)

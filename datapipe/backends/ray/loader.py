@@ -60,6 +60,11 @@ def from_store(host: tuple) -> tuple:
         return (torch.from_numpy(images), *rest)
 
 
+def host_bytes(host: tuple) -> int:
+    """The bytes of a host batch's tensors (images, labels, indices): what its trip from an actor carries."""
+    return sum(t.nbytes for t in host if isinstance(t, torch.Tensor))
+
+
 def pinned(host: tuple) -> tuple:
     """A received host batch with its images and labels in page-locked memory (torch's caching host
     allocator reuses the blocks), so their copies to the GPU run asynchronously on a side stream."""
@@ -89,6 +94,7 @@ class RayLoader(Loader):
         self.local_batches = 0  # batches decoded in this process (the fallback)
         self.received = 0  # batches received from the pool, all iterations
         self.sizing = Sizing()  # the trainer's waits, per window; resizes the pool with pool_workers="auto"
+        self.received_bytes = self.received_images = 0  # host batches received from the pool (datapipe.bench)
         self.ray, owned = session.connect()
         self._finalizer = weakref.finalize(self, _close, None, self.ray, owned)  # Ray stopped even if the pool fails
         self.pool = ActorPool(self.ray, dataset, options, self.field_spec)
@@ -180,7 +186,10 @@ class RayLoader(Loader):
                 continue
             lease.member.in_flight -= 1
             leases.popleft()
-            return busy, from_store(host)
+            host = from_store(host)
+            self.received_bytes += host_bytes(host)
+            self.received_images += len(host[2])
+            return busy, host
         leases.popleft()
         self.local_batches += 1
         return None, collate([self._records()[item] for item in lease.items], self.field_spec)

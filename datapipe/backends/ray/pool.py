@@ -156,6 +156,13 @@ class ActorPool:
         except Exception as exc:  # a hint: the pool works without it
             log.debug("datapipe: request_resources failed: %s", exc)
 
+    def wait_up(self, timeout_s: float = START_S) -> int:
+        """Wait until every member is up (or `timeout_s` passes), so that a benchmark's clock starts with
+        the whole pool; the number of members that answered."""
+        refs = [m.ready for m in self.members]
+        done, _ = self.ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
+        return len(done)
+
     def least_busy(self) -> Member | None:
         return min(self.members, key=lambda m: m.in_flight, default=None)
 

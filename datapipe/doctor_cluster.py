@@ -1,0 +1,158 @@
+"""`datapipe doctor --ray`: the Ray cluster a backend="ray" pool would run on (nodes alive, their CPUs,
+GPUs and custom resources such as `datapipe`) and the pool's sizing there (pool_sizing.py): the cores it
+needs, and decoded uint8 against JPEG + plan on the link. Only a running cluster is described (an
+address given, RAY_ADDRESS, or the Ray this process is connected to); none is ever started, and a Ray
+that is absent or unreachable is one line."""
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from .doctor import Check
+from .errors import first_line
+from .pool_sizing import DEIT_CPU_S_PER_IMAGE, GPU_IMAGES_PER_S, JPEG_BYTES, pool_cores, wire, wire_lines
+
+PROBE_S = 3.0  # a head that does not accept a connection by then is unreachable (ray.init would wait minutes)
+POOL_RESOURCE = "datapipe"
+HIDDEN = ("memory", "object_store_memory", "node:", "accelerator_type:")  # Ray's own entries, not the user's
+
+
+@dataclass(frozen=True)
+class SizingOptions:
+    """The figures the sizing lines use; images_per_s None: 3,000 per GPU of the cluster (at least one)."""
+
+    images_per_s: float | None = None
+    image_size: int = 224
+    jpeg_bytes: int = JPEG_BYTES
+    link_gbit: float = 100.0
+    cpu_s_per_image: float = DEIT_CPU_S_PER_IMAGE
+
+
+class Unreachable(Exception):
+    """No running Ray cluster answers at the address (one line)."""
+
+
+def ray_version() -> str | None:
+    try:
+        return importlib.metadata.version("ray")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def resolve(address: str) -> str:
+    """host:port of `address` ('auto': the cluster `ray start` recorded on this machine); Unreachable if none."""
+    if address != "auto":
+        return address
+    try:  # Ray's own reading of 'auto' (a private function: where it is gone, ray.init reads it unprobed)
+        from ray._private.services import canonicalize_bootstrap_address_or_die
+    except ImportError:
+        return address
+    try:
+        return canonicalize_bootstrap_address_or_die("auto")
+    except (ConnectionError, ValueError) as exc:
+        raise Unreachable(f"no running Ray cluster found on this machine ({first_line(exc)})") from None
+
+
+def probe(address: str, timeout_s: float = PROBE_S) -> None:
+    """A TCP connection to the head's port, so an unreachable head costs seconds, not ray.init's minutes."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except ValueError:
+        raise Unreachable(f"{address!r} is not a Ray address: give HOST:PORT, e.g. head:6379") from None
+    except OSError as exc:
+        raise Unreachable(f"nothing answers at {address} ({exc.strerror or type(exc).__name__}): is `ray start "
+                          "--head` running there?") from None
+
+
+def connect(address: str | None) -> tuple[Any, bool]:
+    """(ray, whether this call connected): the Ray this process is connected to, else the cluster at
+    `address`. Never starts a Ray."""
+    import ray
+
+    if ray.is_initialized():
+        return ray, False
+    if address is None:
+        raise Unreachable("not connected to a Ray cluster: give --ray [HOST:PORT] or set RAY_ADDRESS")
+    target = resolve(address)
+    if target != "auto":
+        probe(target)
+    try:
+        ray.init(address=target, logging_level=logging.WARNING, log_to_driver=False)
+    except Exception as exc:  # ConnectionError, a version mismatch, an auth token refused
+        raise Unreachable(f"could not connect to the Ray cluster at {target}: {first_line(exc)}") from None
+    return ray, True
+
+
+def user_resources(resources: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in sorted(resources.items())
+            if k not in ("CPU", "GPU") and not any(k == h or (h.endswith(":") and k.startswith(h)) for h in HIDDEN)}
+
+
+def node_line(node: dict[str, Any]) -> str:
+    """'10.0.0.5: 64 CPUs, 0 GPUs, datapipe: 64'."""
+    have = node.get("Resources", {})
+    extra = "".join(f", {k}: {v:g}" for k, v in user_resources(have).items())
+    return f"{node.get('NodeManagerAddress', '?')}: {have.get('CPU', 0):g} CPUs, {have.get('GPU', 0):g} GPUs{extra}"
+
+
+def pool_capacity(nodes: list[dict[str, Any]]) -> float:
+    """Pool actors the live nodes can hold at once: each takes 1 CPU and 1 `datapipe` (pool_resources)."""
+    return sum(min(n["Resources"].get("CPU", 0), n["Resources"].get(POOL_RESOURCE, 0))
+               for n in nodes if n.get("Alive"))
+
+
+def cluster_checks(nodes: list[dict[str, Any]], sizing: SizingOptions = SizingOptions()) -> list[Check]:
+    """The cluster in ray.nodes()'s words, then the sizing at its image rate. Pure: tested with dicts."""
+    alive = [n for n in nodes if n.get("Alive")]
+    total = {k: sum(n.get("Resources", {}).get(k, 0) for n in alive) for k in ("CPU", "GPU", POOL_RESOURCE)}
+    checks = [Check("ray_cluster", f"{len(alive)} nodes alive ({len(nodes) - len(alive)} dead): {total['CPU']:g} "
+                                   f"CPUs, {total['GPU']:g} GPUs, {POOL_RESOURCE}: {total[POOL_RESOURCE]:g}")]
+    checks += [Check(f"ray_node{i}", node_line(n)) for i, n in enumerate(alive)]
+    capacity = pool_capacity(alive)
+    if not capacity:
+        checks[0].status, checks[0].hint = "info", (
+            f"no node offers the {POOL_RESOURCE!r} resource: pool actors go wherever a CPU is free, GPU nodes "
+            f"included; start CPU-only nodes with `ray start --address=HEAD:6379 --num-gpus=0 --resources="
+            f"'{{\"{POOL_RESOURCE}\": N}}'` and give pool_resources={{'{POOL_RESOURCE}': 1}} (docs/clusters.md)")
+    gpus = int(total["GPU"])
+    rate = sizing.images_per_s or GPU_IMAGES_PER_S * max(gpus, 1)
+    why = "given" if sizing.images_per_s else f"{max(gpus, 1)} GPU(s) x {GPU_IMAGES_PER_S:,} img/s, DeiT on an H100"
+    cores = pool_cores(rate, sizing.cpu_s_per_image)
+    enough = capacity >= cores
+    checks.append(Check("pool_cores", f"~{cores:,.0f} pool cores for {rate:,.0f} img/s ({why}; "
+                        f"{sizing.cpu_s_per_image * 1e3:.2f} CPU-ms/img); the {POOL_RESOURCE} nodes hold {capacity:g}",
+                        "ok" if enough else "warn",
+                        "" if enough else f"add CPU-only nodes with {POOL_RESOURCE} resources, or decode on the GPUs (DALI)"))
+    w = wire(rate, image_size=sizing.image_size, jpeg_bytes=sizing.jpeg_bytes, link_gbit=sizing.link_gbit)
+    first, *rest = wire_lines(w)
+    checks.append(Check("pool_network", f"{first}; a {sizing.link_gbit:g} Gbit/s link",
+                        "ok" if w.choice == "uint8" else "warn", "; ".join(rest)))
+    return checks
+
+
+def ray_checks(address: str | None, sizing: SizingOptions = SizingOptions()) -> list[Check]:
+    """The cluster section: described when this process is connected to a Ray or `address` is given
+    (HOST:PORT, or 'auto': the one `ray start` runs here); else one line saying how to ask for it."""
+    version = ray_version()
+    connected = "ray" in sys.modules and sys.modules["ray"].is_initialized()
+    if version is None:
+        return [Check("ray", "not installed (pip install 'datapipe[ray]' for backend='ray' and this section)",
+                      "info" if address is None else "warn")]
+    if address is None and not connected:
+        return [Check("ray", f"{version}; no cluster checked (`datapipe doctor --ray [HOST:PORT]` or RAY_ADDRESS "
+                             "describes a running one)", "info")]
+    try:
+        ray, here = connect(address)
+    except Unreachable as exc:
+        return [Check("ray_cluster", f"unreachable: {exc}", "warn")]
+    try:
+        nodes = ray.nodes()
+    finally:
+        if here:
+            ray.shutdown()  # a driver's disconnect: the cluster runs on
+    return cluster_checks(nodes, sizing)
