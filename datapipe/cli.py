@@ -170,6 +170,16 @@ def _sizes(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a list of pool sizes; write e.g. 1,2,4") from None
 
 
+def _pool_size(text: str) -> int | str:
+    """'auto' or a pool size."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a pool size; write a number or auto") from None
+
+
 def _join_ray_address() -> None:
     """Connect to RAY_ADDRESS's cluster where it is set (the product reads no environment: the CLI does)."""
     import os
@@ -281,6 +291,11 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                    help="TensorBoard scalars (rank 0) in DIR; default: OUT/tensorboard when tensorboard is installed; "
                         "'off': none")
     p.add_argument("--workers", type=int, help="loader workers per process (default: this rank's share of the CPUs)")
+    p.add_argument("--pool-workers", type=_pool_size, metavar="N|auto",
+                   help="backend ray: actors in each rank's pool, or auto (grows while training waits on data; "
+                        "default: --workers's value)")
+    p.add_argument("--pool-resources", type=_resources, metavar="NAME=N[,NAME=N]",
+                   help="backend ray: Ray resources each actor asks for, e.g. datapipe=1 (docs/clusters.md)")
     p.add_argument("--seed", type=int, help="default: 0")
     p.add_argument("--log-every", type=int, help="steps between loss logs (the only host syncs); default: 50")
     p.add_argument("--save-every", type=int, help="also checkpoint every N steps (default: epoch ends)")

@@ -74,6 +74,8 @@ class TrainConfig:
     profile: bool = False
     resume: str | None = None
     workers: int | None = None
+    pool_workers: Any = None  # backend ray: actors per rank's pool, "auto" or None (workers's value)
+    pool_resources: Any = None  # backend ray: Ray resources each actor asks for, (name, amount) pairs
     seed: int = 0
     log_every: int = 50
     save_every: int = 0

@@ -21,7 +21,8 @@ def build_loaders(config: TrainConfig, device: torch.device) -> tuple[Loader, Lo
     common = dict(backend=config.backend, batch_size=config.batch_size, seed=config.seed,
                   num_workers=config.workers, device=str(device), channels_last=config.channels_last,
                   start_method=config.start_method, sampling=config.sampling, cache_dir=config.cache_dir,
-                  cache_limit=config.cache_limit, recipe=config.recipe)  # the train view, soft targets; the eval view
+                  cache_limit=config.cache_limit, recipe=config.recipe,  # the train view, soft targets; the eval view
+                  pool_workers=config.pool_workers, pool_resources=config.pool_resources)
     # drop_last: a lone last sample breaks BatchNorm ("Expected more than 1 value per channel"),
     # as in timm and the reference ImageNet scripts; evaluation keeps every sample.
     source = mix_source(paths(config), config.weights, config.epoch_size, cache_dir=config.cache_dir,

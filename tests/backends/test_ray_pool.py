@@ -212,9 +212,17 @@ def test_datapipe_trains_loaders_on_ray_take_turns(cluster, packed_lmdb, tmp_pat
     from datapipe.train.config import TrainConfig
     from datapipe.train.loaders import build_loaders
 
-    config = TrainConfig(data=str(packed_lmdb), out=str(tmp_path), batch_size=4, image_size=32, workers=1, backend="ray")
+    from datapipe.cli import build_parser
+
+    argv = ["train", str(packed_lmdb), "--out", str(tmp_path), "--backend", "ray", "--pool-workers", "auto",
+            "--pool-resources", "node=1"]
+    args = build_parser().parse_args(argv)
+    assert (args.pool_workers, args.pool_resources) == ("auto", (("node", 1.0),))
+    config = TrainConfig(data=str(packed_lmdb), out=str(tmp_path), batch_size=4, image_size=32, workers=1, backend="ray",
+                         pool_workers=args.pool_workers, pool_resources=args.pool_resources)
     loaders = build_loaders(config, torch.device("cpu"))
     assert [(lo.options.persistent_workers, lo.pool.members) for lo in loaders] == [(False, [])] * 2
+    assert [(lo.options.pool_workers, lo.options.pool_resources) for lo in loaders] == [("auto", (("node", 1.0),))] * 2
 
 
 def test_a_node_removed_mid_epoch_the_epoch_still_exact(cluster, packed_lmdb, within):
