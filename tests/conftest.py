@@ -12,6 +12,7 @@ import pytest
 
 from converters import ConvertOptions, convert
 from datapipe.scan import scan_folder
+from tests.forked import run_forked
 
 # The files whose tests take longest go first: `make test` deals test files to two workers in
 # collection order, and a long file started last would leave one worker idle at the end.
@@ -24,6 +25,15 @@ def pytest_collection_modifyitems(config, items) -> None:
         return next((i for i, prefix in enumerate(SLOW_FIRST) if where.startswith(prefix)), len(SLOW_FIRST))
 
     items.sort(key=rank)  # stable: the order within a file, and of the other files, is kept
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """A test marked `forked` runs in a forked child (tests/forked.py)."""
+    if pyfuncitem.get_closest_marker("forked") is None:
+        return None
+    run_forked(pyfuncitem)
+    return True
 
 
 def installed(module: str) -> bool:

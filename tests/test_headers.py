@@ -26,7 +26,8 @@ from datapipe.layout import image_dims
 from datapipe.orientation import upright_size
 from tests.conftest import FIXTURES
 
-pytestmark = pytest.mark.filterwarnings("ignore")  # Pillow warns about the corrupt EXIF we feed it
+pytestmark = [pytest.mark.filterwarnings("ignore"),  # Pillow warns about the corrupt EXIF we feed it
+              pytest.mark.forked]  # tracemalloc in a child with one thread (tests/forked.py)
 IMAGENET_LIKE = Path(__file__).resolve().parents[1] / "build" / "imagenet-like"
 
 

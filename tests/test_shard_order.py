@@ -10,6 +10,8 @@ import pytest
 
 from datapipe.sharding import Shard, ShardOrder
 
+pytestmark = pytest.mark.forked  # tracemalloc in a child with one thread (tests/forked.py)
+
 SIZES = (40, 37, 45, 41, 39, 44, 38, 42, 43, 36, 40, 35)  # 12 shards, 480 samples
 MIXES = [{"mix_shards": 1}, {"mix_shards": 3}, {}]  # shard by shard, blocks of 3 shards, the default
 

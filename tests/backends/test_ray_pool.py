@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -243,11 +244,17 @@ def test_a_node_removed_mid_epoch_the_epoch_still_exact(cluster, packed_lmdb, wi
 
 
 def test_no_node_with_the_resources_falls_back_with_one_warning(cluster, packed_lmdb, within):
-    kw = dict(TINY, pool_workers=2, pool_resources={"absent": 1})
+    kw = dict(TINY, num_workers=2, pool_workers=2, pool_resources={"absent": 1})
     with pytest.warns(PoolFallback) as caught:
         loader = make_loader(packed_lmdb, backend="ray", **kw)
         got = batches(loader) + batches(loader)
     assert len([w for w in caught if w.category is PoolFallback]) == 1
+    fallback = [t for t in threading.enumerate() if t.name.startswith("datapipe-fallback")]
+    assert len(fallback) == 2  # decoded on num_workers threads, as the threads backend would
+    loader.close()
+    for t in fallback:
+        t.join(timeout=30)
+        assert not t.is_alive()
     threads = make_loader(packed_lmdb, backend="threads", **TINY)
     same(got, batches(threads) + batches(threads))
 

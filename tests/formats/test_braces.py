@@ -11,6 +11,8 @@ from braceexpand import braceexpand
 
 from datapipe.formats.braces import MAX_SHARDS, shard_names
 
+pytestmark = pytest.mark.forked  # tracemalloc in a child with one thread (tests/forked.py)
+
 CASES = ["a", "", "{}", "{a}", "{1..3}", "x{00..10}y", "{a..g..2}", "{Z..a}", "{4..1}", "{2..-1}", "{1..10..3}",
          "{1..10..0}", "python{2.{5..7},3.{2,3}}", r"{1\{2,3}", "index.html{,.backup}", "{a,b}{c,d}{e,{f,g}}",
          "a}b{c", "{{a,b}}", "{{1..3}}", "{,}", "{a,{b}}", "{-05..5}", "{a..c..-2}", "{z..a}", r"a\,b{x\,y,z}\\",

@@ -28,6 +28,8 @@ from datapipe.sharding import EpochOrder
 from tests.conftest import IMAGEFOLDER
 from tests.fields_data import expected_fields, write_caption_folder
 
+pytestmark = pytest.mark.forked  # tracemalloc in a child with one thread (tests/forked.py)
+
 CLASSES = ["cat", "dog", "fish"]
 SUFFIX = {"lmdb": ".lmdb", "hdf5": ".h5", "wds": ".wds"}
 JPEG = (IMAGEFOLDER / "train/cat/cat_000.jpg").read_bytes()

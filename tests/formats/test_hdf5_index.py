@@ -112,14 +112,16 @@ def read_every_record_in_a_fresh_process(path: Path) -> dict:
 
 
 @pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="needs Linux /proc/self/smaps_rollup")
-def test_an_hdf5_reader_holds_at_most_8_bytes_a_record_after_reading_every_record(tmp_path):
+def test_an_hdf5_reader_holds_at_most_10_bytes_a_record_after_reading_every_record(tmp_path):
     """Labels and offsets are memory-mapped (clean page-cache pages, not private); what remains is HDF5's
     fixed caches, about 1 MB here (tests/formats/test_index_memory.py bounds the index at 1 byte a record)."""
     records = 200_000
     path = write_hdf5(tmp_path / "big.h5.partial", {"train": (make_record(i) for i in range(records))})
     got = read_every_record_in_a_fresh_process(path)
     assert got["records"] == records and got["last"] == f"r{records - 1:08d}"
-    assert got["bytes_per_record"] <= 8, f"{got['bytes_per_record']:.1f} bytes per record"
+    # HDF5's fixed caches are ~5 bytes a record at this size (8.15 measured once under make test's load,
+    # usually under 8); offsets held privately would add 8 more: 10 keeps that failing
+    assert got["bytes_per_record"] <= 10, f"{got['bytes_per_record']:.1f} bytes per record"
 
 
 def test_new_files_read_back_byte_exact_with_awkward_records_and_an_empty_split(tmp_path):

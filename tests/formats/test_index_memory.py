@@ -31,6 +31,8 @@ from datapipe.records import Manifest, Record, SplitInfo, record_digest
 from datapipe.sharding import EpochOrder
 from tests.storage.conftest import RangeHandler, isolated_cache, serve, stop_serving
 
+pytestmark = pytest.mark.forked  # tracemalloc in a child with one thread (tests/forked.py)
+
 N = 100_000
 BATCH = 32
 JPEG = bytes.fromhex("ffd8ffe000104a46494600010100000100010000ffd9")  # bytes only: nothing decodes here

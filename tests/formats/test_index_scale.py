@@ -6,10 +6,13 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from datapipe.formats import open_dataset
 from datapipe.formats.wds import WdsWriter
 from datapipe.records import Manifest, Record, SplitInfo, record_digest
+
+pytestmark = pytest.mark.forked  # tracemalloc in a child with one thread (tests/forked.py)
 
 JPEG = bytes.fromhex("ffd8ffe000104a46494600010100000100010000ffd9")  # bytes only: nothing decodes here
 

@@ -20,6 +20,8 @@ from tests.converters.test_parquet import CLASSES, TEST, TRAIN, VAL, hub  # noqa
 from tests.converters.test_parquet_fields import NAMES, ROWS, table
 from tests.parquet_data import IMAGE
 
+pytestmark = pytest.mark.forked  # tracemalloc in a child with one thread (tests/forked.py)
+
 SMALL = dict(backend="dataloader", batch_size=4, image_size=32, device="cpu", train=False, num_workers=0)
 
 

@@ -226,6 +226,7 @@ def sparse_table_dataset(folder: Path, shards: int) -> Path:
     return folder
 
 
+@pytest.mark.forked  # tracemalloc in a child with one thread (tests/forked.py)
 def test_opening_and_pickling_stay_flat_in_the_number_of_shards(tmp_path):
     got = {}
     for shards in (2_000, 200_000):

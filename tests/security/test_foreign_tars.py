@@ -12,6 +12,8 @@ import pytest
 from datapipe.formats.tar import BLOCK, padded, parse_idx, scan_tar
 from datapipe.formats.wds_foreign import ForeignShardsDataset
 
+pytestmark = pytest.mark.forked  # tracemalloc in a child with one thread (tests/forked.py)
+
 TB = 1 << 40
 JPEG = b"\xff\xd8\xff\xe0" + b"\x11" * 9000 + b"\xff\xd9"  # bytes only: nothing decodes here
 

@@ -10,6 +10,8 @@ import pytest
 
 from fuzz.targets import ROOT, TARGETS, run_checked
 
+pytestmark = pytest.mark.forked  # tracemalloc in a child with one thread (tests/forked.py)
+
 FINDINGS = ROOT / "fuzz" / "findings"
 
 

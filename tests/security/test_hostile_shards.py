@@ -22,6 +22,8 @@ from datapipe.formats.tar import BLOCK, member_header, members, padded, samples_
 from datapipe.formats.wds_foreign import ForeignShardsDataset, expand_shards, parse_cls
 from datapipe.records import MAX_INFERRED_CLASSES
 
+pytestmark = pytest.mark.forked  # tracemalloc in a child with one thread (tests/forked.py)
+
 IMAGE_A = b"\xff\xd8\xff\xe0" + b"A" * 3000 + b"\xff\xd9"  # bytes only: nothing decodes here
 IMAGE_B = b"\xff\xd8\xff\xe0" + b"B" * 5000 + b"\xff\xd9"
 BILLION = 10 ** 9

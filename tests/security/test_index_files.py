@@ -11,6 +11,8 @@ import pytest
 from datapipe import open_dataset
 from datapipe.formats.tar import parse_idx
 
+pytestmark = pytest.mark.forked  # tracemalloc in a child with one thread (tests/forked.py)
+
 SPARSE = 300 << 20
 
 

@@ -11,10 +11,12 @@ persistent_workers=False the pool's actors are released at the end of each itera
 from __future__ import annotations
 
 import logging
+import threading
 import warnings
 import weakref
 from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -89,7 +91,8 @@ class RayLoader(Loader):
                                         size=options.image_size)
         self.normalize = Normalizer(self.device, options.dtype, options.channels_last, keep=KEEP_BATCHES,
                                     mean=options.recipe.mean, std=options.recipe.std)
-        self._local: DecodedRecords | None = None
+        self._local: ThreadPoolExecutor | None = None  # the fallback's decode threads
+        self._per_thread = threading.local()  # each fallback thread's DecodedRecords
         self.fell_back = False  # the one warning was given
         self.local_batches = 0  # batches decoded in this process (the fallback)
         self.received = 0  # batches received from the pool, all iterations
@@ -102,7 +105,10 @@ class RayLoader(Loader):
         self._finalizer = weakref.finalize(self, _close, self.pool, self.ray, owned)
 
     def close(self) -> None:
-        """Stop the pool's actors, and the Ray this loader started (also when the loader is collected)."""
+        """Stop the pool's actors, the fallback's threads, and the Ray this loader started (also when the
+        loader is collected)."""
+        if self._local is not None:
+            self._local.shutdown(wait=False, cancel_futures=True)
         self._finalizer()
 
     @property
@@ -192,7 +198,7 @@ class RayLoader(Loader):
             return busy, host
         leases.popleft()
         self.local_batches += 1
-        return None, collate([self._records()[item] for item in lease.items], self.field_spec)
+        return None, collate(list(self._decoders().map(self._decode_here, lease.items)), self.field_spec)
 
     def _reissue(self, member: Member, leases: deque[Lease]) -> None:
         for lease in leases:
@@ -216,10 +222,20 @@ class RayLoader(Loader):
                 lease.member.in_flight -= 1
             lease.member, lease.ref = None, None
 
-    def _records(self) -> DecodedRecords:
+    def _decoders(self) -> ThreadPoolExecutor:
+        """The fallback's decode threads, as many as the threads backend would run (started at the first
+        batch decoded here, stopped with the loader)."""
         if self._local is None:
-            self._local = DecodedRecords(thread_view(self.dataset), self.options, self.field_spec)
+            self._local = ThreadPoolExecutor(max(1, self.options.workers), thread_name_prefix="datapipe-fallback")
+            weakref.finalize(self, self._local.shutdown, wait=False, cancel_futures=True)
         return self._local
+
+    def _decode_here(self, item: Item) -> tuple:
+        """One sample decoded on a fallback thread, through that thread's own handles (threads.thread_view)."""
+        records = getattr(self._per_thread, "records", None)
+        if records is None:
+            records = self._per_thread.records = DecodedRecords(thread_view(self.dataset), self.options, self.field_spec)
+        return records[item]
 
     def _hand_over(self, host: tuple) -> Batch | tuple[Batch, dict]:
         """A host batch on the device: bad samples counted, images normalized, labels moved."""
