@@ -185,7 +185,7 @@ def _join_ray_address() -> None:
     import os
 
     if os.environ.get("RAY_ADDRESS"):
-        from .backends.ray.session import import_ray
+        from .ray_setup import import_ray
         import_ray().init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from datapipe.ray_setup import import_ray, short_temp_options
 from datapipe.storage.isolate import forks_nothing
 
 from ..errors import ConvertError, ShardFailed
@@ -27,14 +27,6 @@ MAX_RETRIES = 3
 POLL_S = 0.5
 MIN_WINDOW = 16
 STOP_WAIT_S = 30.0
-
-
-def import_ray() -> Any:
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError("--engine ray needs Ray on the driver and every node: pip install 'datapipe[ray]'") from exc
-    return ray
 
 
 def _build(build: Callable[[ShardJob, ShardContext], ShardRecords], job: ShardJob, ctx: ShardContext) -> ShardRecords:
@@ -52,21 +44,13 @@ def _stop(ray: Any, refs: list[Any]) -> None:
     ray.wait(refs, num_returns=len(refs), timeout=STOP_WAIT_S)
 
 
-# Ray's sockets live at TEMP/ray/session_<date>_<time>_<pid>/sockets/plasma_store: ~75 characters
-# after TEMP, and a socket's path may hold 107. A job's $TMPDIR (Slurm's per-job folders) is often longer.
-SHORT_TEMP = 32
-
-
 def local_ray_options(address: str | None, ray_address: str | None) -> dict[str, str]:
-    """ray.init's `_temp_dir` for a local Ray this conversion starts, when the temporary folder is too
-    long for Ray's socket paths ("AF_UNIX path length cannot exceed 107 bytes"): /tmp/ray-UID then.
-    Nothing when joining a running cluster (`address`, `ray_address` = RAY_ADDRESS): it has its own."""
-    temp = tempfile.gettempdir()
-    if address is not None or ray_address or len(temp) <= SHORT_TEMP:
+    """ray.init's options for a local Ray this conversion starts (a short `_temp_dir` where the
+    temporary folder is too long for Ray's socket paths). Nothing when joining a running cluster
+    (`address`, `ray_address` = RAY_ADDRESS): it has its own."""
+    if address is not None or ray_address:
         return {}
-    short = f"/tmp/ray-{os.getuid()}"
-    log.info("Ray's socket paths under %s would be too long for AF_UNIX: its files go to %s", temp, short)
-    return {"_temp_dir": short}
+    return short_temp_options()
 
 
 class RayEngine:
@@ -85,7 +69,7 @@ class RayEngine:
     def run(self, jobs: list[ShardJob], ctx: ShardContext, tick: Tick) -> Iterator[ShardRecords]:
         if not jobs:
             return
-        ray = import_ray()
+        ray = import_ray("--engine ray")
         owned = not ray.is_initialized()
         if owned:
             ray.init(address=self.address, include_dashboard=False, logging_level=logging.WARNING,

@@ -5,30 +5,12 @@ is shut down with the loader (`owned`): no Ray process outlives it."""
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from typing import Any
+
+from ...ray_setup import import_ray, short_temp_options
 
 log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
-# Ray's sockets live at TEMP/ray/session_<date>_<time>_<pid>/sockets/plasma_store: ~75 characters after
-# TEMP, and a socket's path may hold 107 (as converters/engines/ray.py; datapipe does not import converters)
-SHORT_TEMP = 32
-
-
-def import_ray() -> Any:
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError("backend='ray' needs Ray in this process and on every node: pip install 'datapipe[ray]'") from exc
-    return ray
-
-
-def _temp_options() -> dict[str, str]:
-    temp = tempfile.gettempdir()
-    if len(temp) <= SHORT_TEMP:
-        return {}
-    return {"_temp_dir": f"/tmp/ray-{os.getuid()}"}
 
 
 def connect() -> tuple[Any, bool]:
@@ -37,7 +19,7 @@ def connect() -> tuple[Any, bool]:
     if ray.is_initialized():
         return ray, False
     ray.init(_node_ip_address=LOOPBACK, include_dashboard=False, logging_level=logging.WARNING,
-             log_to_driver=False, **_temp_options())
+             log_to_driver=False, **short_temp_options())
     log.info("datapipe: the Ray pool runs on a Ray started for this loader (stopped with it)")
     return ray, True
 

@@ -1,0 +1,34 @@
+"""What datapipe's two uses of Ray (backend="ray", convert --engine ray) share before a Ray starts:
+the import, with how to install it, and a temp folder short enough for Ray's socket paths. Light: no
+torch (a conversion's Ray workers import this)."""
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# Ray's sockets live at TEMP/ray/session_<date>_<time>_<pid>/sockets/plasma_store: ~75 characters after
+# TEMP, and a socket's path may hold 107 (a Slurm job's $TMPDIR is often longer than SHORT_TEMP)
+SHORT_TEMP = 32
+
+
+def import_ray(needed_by: str = "backend='ray'") -> Any:
+    """The ray module; without Ray, ImportError naming `needed_by` and how to install it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError(f"{needed_by} needs Ray in this process and on every node: pip install 'datapipe[ray]'") from exc
+    return ray
+
+
+def short_temp_options() -> dict[str, str]:
+    """ray.init's `_temp_dir` for a local Ray where the temporary folder is too long for Ray's socket
+    paths ("AF_UNIX path length cannot exceed 107 bytes"): /tmp/ray-UID then; else nothing."""
+    temp = tempfile.gettempdir()
+    if len(temp) <= SHORT_TEMP:
+        return {}
+    log.info("Ray's socket paths under %s would be too long for AF_UNIX: its files go to /tmp/ray-%d", temp, os.getuid())
+    return {"_temp_dir": f"/tmp/ray-{os.getuid()}"}
