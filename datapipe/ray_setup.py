@@ -3,9 +3,11 @@ the import, with how to install it, and a temp folder short enough for Ray's soc
 torch (a conversion's Ray workers import this)."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -13,6 +15,9 @@ log = logging.getLogger(__name__)
 # Ray's sockets live at TEMP/ray/session_<date>_<time>_<pid>/sockets/plasma_store: ~75 characters after
 # TEMP, and a socket's path may hold 107 (a Slurm job's $TMPDIR is often longer than SHORT_TEMP)
 SHORT_TEMP = 32
+# Ray on Linux takes the machine's routable address and listens on every interface unless this is 0
+# (read by Ray's processes from the environment, and by the driver's ray_constants at import)
+CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 def import_ray(needed_by: str = "backend='ray'") -> Any:
@@ -32,3 +37,20 @@ def short_temp_options() -> dict[str, str]:
         return {}
     log.info("Ray's socket paths under %s would be too long for AF_UNIX: its files go to /tmp/ray-%d", temp, os.getuid())
     return {"_temp_dir": f"/tmp/ray-{os.getuid()}"}
+
+
+@contextlib.contextmanager
+def loopback_only() -> Iterator[None]:
+    """While a local Ray starts: it binds and advertises 127.0.0.1 only (restored after)."""
+    from ray._private import ray_constants
+
+    saved_env, saved = os.environ.get(CLUSTER_SWITCH), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[CLUSTER_SWITCH], ray_constants.ENABLE_RAY_CLUSTER = "0", False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
+        if saved_env is None:
+            os.environ.pop(CLUSTER_SWITCH, None)
+        else:
+            os.environ[CLUSTER_SWITCH] = saved_env

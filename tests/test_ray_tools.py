@@ -14,6 +14,7 @@ ray = pytest.importorskip("ray")
 from datapipe.bench import BenchOptions, run_bench  # noqa: E402
 from datapipe.bench.report import table  # noqa: E402
 from datapipe.doctor_cluster import ray_checks  # noqa: E402
+from datapipe.ray_setup import loopback_only  # noqa: E402
 
 RELEASE_S = 60  # a closed pool's actors give their CPUs back within this
 
@@ -22,9 +23,10 @@ RELEASE_S = 60  # a closed pool's actors give their CPUs back within this
 def local_ray(ray_home):
     with pytest.MonkeyPatch.context() as env:
         env.setenv("HOME", str(ray_home))  # Ray's auth token goes under ~/.ray (tests/conftest.py)
-        ray.init(num_cpus=2, resources={"datapipe": 2}, _node_ip_address="127.0.0.1", include_dashboard=False,
-                 object_store_memory=80 << 20, _temp_dir=str(ray_home / "tools"), logging_level="WARNING",
-                 log_to_driver=False)
+        with loopback_only():  # 127.0.0.1 only: Ray on Linux otherwise listens on every interface
+            ray.init(num_cpus=2, resources={"datapipe": 2}, _node_ip_address="127.0.0.1", include_dashboard=False,
+                     object_store_memory=80 << 20, _temp_dir=str(ray_home / "tools"), logging_level="WARNING",
+                     log_to_driver=False)
         try:
             yield ray
         finally:
@@ -59,7 +61,8 @@ def test_doctor_describes_the_cluster_it_is_connected_to(local_ray):
 
 def test_doctor_cli_joins_a_running_cluster_and_leaves_it_running(local_ray, ray_home, within):
     address = ray.get_runtime_context().gcs_address
-    env = {**os.environ, "HOME": str(ray_home), "RAY_ADDRESS": address}
+    # a loopback cluster: without the switch, Ray in the child rewrites 127.0.0.1 to the machine's address
+    env = {**os.environ, "HOME": str(ray_home), "RAY_ADDRESS": address, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     done = subprocess.run([sys.executable, "-m", "datapipe", "doctor", "--images-per-s", "24000"], env=env,
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -3,8 +3,8 @@ trainer process's CPU per image and the bytes of host batches it received per im
 
 Each timed run builds its own loader and closes it after: the pool's actors start during the warm-up
 and the clock starts once every one is up, and pools of different sizes never hold the cores at once.
-One Ray serves the whole bench (`ray_session`): the one this process is connected to, else the one
-`ray.init()` joins (RAY_ADDRESS) or starts on 127.0.0.1, which is stopped at the end."""
+One Ray serves the whole bench (`ray_session`): the one this process is connected to (the CLI joins
+RAY_ADDRESS's cluster first), else a local one on 127.0.0.1, which is stopped at the end."""
 from __future__ import annotations
 
 import importlib.util

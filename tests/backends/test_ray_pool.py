@@ -9,6 +9,7 @@ loader that started its own Ray leaves no Ray process."""
 from __future__ import annotations
 
 import gc
+import os
 import tempfile
 import threading
 import time
@@ -102,8 +103,20 @@ def test_a_loader_that_started_its_own_ray_leaves_no_ray_process(ray_home, packe
         env.delenv("RAY_ADDRESS", raising=False)
         loader = make_loader(packed_lmdb, backend="ray", pool_workers=1, **TINY)
         assert ray.is_initialized()
+        assert ray.nodes()[0]["NodeManagerAddress"] == "127.0.0.1"  # not the machine's own address
+        ours = {c.pid for c in psutil.Process().children(recursive=True)}
+        listening = {c.laddr.ip for c in psutil.net_connections("tcp")
+                     if c.status == psutil.CONN_LISTEN and c.pid in ours | {os.getpid()}}
+        assert listening and listening <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening  # was '*': every interface
+        second = make_loader(packed_lmdb, backend="ray", pool_workers=1, **TINY)  # shares the Ray
         assert sum(len(b.indices) for b in loader) == 27
         del loader
+        gc.collect()
+        assert ray.is_initialized() and sum(len(b.indices) for b in second) == 27  # not stopped under `second`
+        second.close()
+        with pytest.raises(ValueError, match="^backend='ray': this loader was closed"):
+            next(iter(second))
+        del second
         gc.collect()
     assert not ray.is_initialized()
     left = [p for p in psutil.process_iter(["cmdline"]) if str(temp) in " ".join(p.info["cmdline"] or [])]
@@ -200,7 +213,13 @@ def test_non_persistent_pools_take_turns_on_a_full_cluster(cluster, packed_lmdb,
     threads_val = make_loader(packed_lmdb, backend="threads", split="val", train=False, **TINY)
     with warnings.catch_warnings():
         warnings.simplefilter("error", PoolFallback)
-        same(batches(train), batches(threads))
+        abandoned, mirror = iter(train), iter(threads)  # an iteration left open after one batch, on both
+        same([next(abandoned)], [next(mirror)])
+        current = iter(train)
+        got = [next(current)]
+        del abandoned  # ends during `current`: it must not release the pool `current` reads from
+        gc.collect()
+        same(got + list(current), batches(threads))
         assert train.pool.members == []
         same(batches(val), batches(threads_val))
         assert val.pool.members == []
@@ -208,7 +227,7 @@ def test_non_persistent_pools_take_turns_on_a_full_cluster(cluster, packed_lmdb,
     assert train.local_batches == val.local_batches == 0 and not train.fell_back and not val.fell_back
 
 
-def test_datapipe_trains_loaders_on_ray_take_turns(cluster, packed_lmdb, tmp_path):
+def test_datapipe_train_builds_both_ray_loaders_non_persistent_with_its_pool_options(cluster, packed_lmdb, tmp_path):
     """`datapipe train --backend ray`: both pools non-persistent (nothing started before an iteration)."""
     from datapipe.train.config import TrainConfig
     from datapipe.train.loaders import build_loaders

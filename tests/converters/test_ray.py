@@ -17,6 +17,7 @@ from converters import ConvertError, ConvertOptions, convert, list_tasks
 from converters.engines.ray import RayEngine
 from datapipe import read_manifest
 from datapipe.formats import staging_path
+from datapipe.ray_setup import loopback_only
 from tests.conftest import IMAGEFOLDER
 from tests.converters.faults import always_fails, dies_mid_shard_once
 from tests.converters.stopping import after_shards, kill_convert_when_stopped
@@ -32,8 +33,9 @@ OPTIONS = dict(progress=False, shard_bytes=64 << 10)
 def local_ray(ray_home):
     saved = os.environ.get("HOME")
     os.environ["HOME"] = str(ray_home)  # Ray writes an auth token under ~/.ray
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 << 20, _node_ip_address="127.0.0.1",
-             _temp_dir=str(ray_home / "t"), logging_level="WARNING", log_to_driver=False)
+    with loopback_only():  # 127.0.0.1 only: Ray on Linux otherwise listens on every interface
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 << 20, _node_ip_address="127.0.0.1",
+                 _temp_dir=str(ray_home / "t"), logging_level="WARNING", log_to_driver=False)
     try:
         yield ray
     finally:
@@ -132,7 +134,8 @@ def test_a_long_tmpdir_gets_ray_a_short_temp_folder(tmp_path, monkeypatch):
     start = ("import ray; from converters.engines.ray import local_ray_options; "
              "ray.init(num_cpus=1, include_dashboard=False, _node_ip_address='127.0.0.1', "
              "**local_ray_options(None, None)); print(ray.get(ray.put(7))); ray.shutdown()")
-    done = subprocess.run([sys.executable, "-c", start], env={**os.environ, "TMPDIR": str(long)},
+    done = subprocess.run([sys.executable, "-c", start], env={**os.environ, "TMPDIR": str(long),
+                                                              "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},  # loopback
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0 and done.stdout.strip().endswith("7"), done.stderr[-1500:]
 

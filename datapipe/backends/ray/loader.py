@@ -96,6 +96,7 @@ class RayLoader(Loader):
         self.fell_back = False  # the one warning was given
         self.local_batches = 0  # batches decoded in this process (the fallback)
         self.received = 0  # batches received from the pool, all iterations
+        self.iterations, self.closed = 0, False  # iterations started (the latest owns a non-persistent pool)
         self.sizing = Sizing()  # the trainer's waits, per window; resizes the pool with pool_workers="auto"
         self.received_bytes = self.received_images = 0  # host batches received from the pool (datapipe.bench)
         self.ray, owned = session.connect()
@@ -107,6 +108,7 @@ class RayLoader(Loader):
     def close(self) -> None:
         """Stop the pool's actors, the fallback's threads, and the Ray this loader started (also when the
         loader is collected)."""
+        self.closed = True
         if self._local is not None:
             self._local.shutdown(wait=False, cancel_futures=True)
         self._finalizer()
@@ -116,9 +118,13 @@ class RayLoader(Loader):
         return self.options.prefetch_factor * max(1, len(self.pool.members))
 
     def _iterate(self, epoch: int, offset: int) -> Iterator[Batch | tuple[Batch, dict]]:
+        if self.closed:
+            raise ValueError("backend='ray': this loader was closed (its pool and Ray stopped); make a new one")
+        hosts = self._host_batches(epoch, offset)
         try:  # on CUDA the next batch goes up on a side stream while this one trains (the prefetch backend's)
-            yield from ahead_on_stream(self.device, self._host_batches(epoch, offset), self._hand_over)
+            yield from ahead_on_stream(self.device, hosts, self._hand_over)
         finally:
+            hosts.close()  # now, not when collected: a non-persistent pool is released by its own iteration
             self.normalize.release()
 
     def _host_batches(self, epoch: int, offset: int) -> Iterator[tuple]:
@@ -127,6 +133,8 @@ class RayLoader(Loader):
         batches = iter(self.batch_order)
         self.pool.refill()  # capacity lost in an earlier epoch may be back
         self.sizing.restart()
+        self.iterations += 1
+        mine = self.iterations  # an iteration abandoned earlier and ended later must not release this one's pool
         leases: deque[Lease] = deque()
         try:
             while True:
@@ -141,7 +149,7 @@ class RayLoader(Loader):
                     self._measured(asked, busy, leases)
                 yield pinned(host) if self.pin else host
         finally:
-            if not self.options.persistent_workers:
+            if not self.options.persistent_workers and mine == self.iterations:
                 self.pool.release()  # its CPUs back to the cluster until the next iteration
 
     def _measured(self, asked: float, busy: float, leases: deque[Lease]) -> None:

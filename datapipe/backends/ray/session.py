@@ -1,30 +1,43 @@
 """Which Ray the pool runs on: the one this process is connected to (`ray.init(address=...)` before
-make_loader; datapipe's CLI does it from RAY_ADDRESS), else `ray.init()`, which joins RAY_ADDRESS's
-cluster when it is set and otherwise starts a local Ray bound to 127.0.0.1. A Ray this module started
-is shut down with the loader (`owned`): no Ray process outlives it."""
+make_loader; datapipe's CLI joins RAY_ADDRESS's cluster itself), else a local Ray started here
+(`address="local"`: the library reads no environment) that listens on 127.0.0.1 only. The loaders
+that use a Ray started here share it, and the last of them to close shuts it down: no Ray process
+outlives them, and none is stopped under a loader still using it."""
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from ...ray_setup import import_ray, short_temp_options
+from ...ray_setup import import_ray, loopback_only, short_temp_options
 
 log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
+_users = 0  # loaders using the Ray this module started (0: none started, or it was shut down)
 
 
 def connect() -> tuple[Any, bool]:
-    """(the ray module, whether this call started the Ray it is connected to)."""
+    """(the ray module, whether this call holds a share of a Ray this module started)."""
+    global _users
     ray = import_ray()
     if ray.is_initialized():
-        return ray, False
-    ray.init(_node_ip_address=LOOPBACK, include_dashboard=False, logging_level=logging.WARNING,
-             log_to_driver=False, **short_temp_options())
-    log.info("datapipe: the Ray pool runs on a Ray started for this loader (stopped with it)")
+        if _users == 0:
+            return ray, False  # the user's Ray: never stopped here
+        _users += 1
+        return ray, True
+    with loopback_only():
+        ray.init(address="local", _node_ip_address=LOOPBACK, include_dashboard=False,
+                 logging_level=logging.WARNING, log_to_driver=False, **short_temp_options())
+    _users = 1
+    log.info("datapipe: the Ray pool runs on a local Ray started for it, on 127.0.0.1 (stopped with its last loader)")
     return ray, True
 
 
 def shutdown(ray: Any, owned: bool) -> None:
-    """Stop the Ray this loader started (a Ray the process was already connected to is left alone)."""
-    if owned and ray.is_initialized():
+    """Let go of a share of the Ray this module started; the last share shuts it down. A Ray the
+    process was connected to otherwise is left alone."""
+    global _users
+    if not owned or _users == 0:
+        return
+    _users -= 1
+    if _users == 0 and ray.is_initialized():
         ray.shutdown()
