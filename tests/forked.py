@@ -7,12 +7,31 @@ set up and torn down in the worker; the child reports a failure or a skip back t
 from __future__ import annotations
 
 import os
+import select
 import signal
+import time
 import traceback
 
 import pytest
 
 SKIP, FAIL = b"S", b"F"
+DEADLINE_S = 600  # a child still running then hangs: killed, and the test fails
+
+
+def _read_until_eof(fd: int, pid: int) -> bytes:
+    """The child's report (everything until it closes the pipe); past DEADLINE_S the child is killed."""
+    chunks, end = [], time.monotonic() + DEADLINE_S
+    with os.fdopen(fd, "rb", buffering=0) as pipe:
+        while True:
+            ready, _, _ = select.select([pipe], [], [], max(0.0, end - time.monotonic()))
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                pytest.fail(f"the forked test was still running after {DEADLINE_S} s: killed (a hang)", pytrace=False)
+            chunk = pipe.read(1 << 16)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
 
 
 def run_forked(item: pytest.Function) -> None:
@@ -34,8 +53,7 @@ def run_forked(item: pytest.Function) -> None:
             out.write(report)
         os._exit(code)
     os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        report = pipe.read()
+    report = _read_until_eof(read, pid)
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         pytest.fail(f"the forked test died of {signal.Signals(os.WTERMSIG(status)).name}", pytrace=False)

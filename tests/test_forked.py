@@ -40,3 +40,11 @@ def test_a_skip_in_the_child_skips_here():
 def test_a_child_killed_by_a_signal_fails_naming_it():
     with pytest.raises(pytest.fail.Exception, match="died of SIGSEGV"):
         run_forked(item(lambda: os.kill(os.getpid(), signal.SIGSEGV)))
+
+
+def test_a_child_that_hangs_is_killed_at_the_deadline(monkeypatch):
+    import tests.forked as forked
+
+    monkeypatch.setattr(forked, "DEADLINE_S", 0.5)
+    with pytest.raises(pytest.fail.Exception, match="still running after 0.5 s: killed"):
+        run_forked(item(lambda: signal.pause()))
