@@ -30,11 +30,13 @@ $(VENV)/.installed: pyproject.toml setup.py datapipe/_jpeg_region.c datapipe/_no
 # each of the suite's ~300 interpreters compiles datapipe again (~0.25 s of CPU) and each worker
 # rewrites every test module's asserts again (__pycache__/ is ignored by git).
 # --max-worker-restart=0: a worker that dies fails the run; replaced, its files' scheduling once hung (loadfile).
+# The temp folder goes whatever the outcome: a run leaves ~6 GB there (five failed runs filled a disk here).
 TEST_WORKERS ?= 2
 test: install
 	@tmp=$$(mktemp -d /tmp/dpt-XXXXXX) && OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} PYTHONDONTWRITEBYTECODE= \
 		$(BIN)/python -m pytest -q \
-		-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 --basetemp=$$tmp && rm -rf $$tmp
+		-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=0 --basetemp=$$tmp; \
+		rc=$$?; rm -rf $$tmp; exit $$rc
 
 demo: install
 	$(BIN)/python tools/make_sample.py --out $(SAMPLE) --overwrite
