@@ -29,7 +29,10 @@ def run_in_session(argv: list[str], timeout: float, *, cwd=None, check: bool = T
                    env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run `argv` as the leader of a new session; on a timeout fail with where every Python process it
     started stood (faulthandler's stacks, dumped on SIGABRT), then kill them all."""
-    env = {**(os.environ if env is None else env), "PYTHONFAULTHANDLER": "1"}
+    # Unbuffered stdio: a process forked while another thread of its parent holds stderr's buffer lock
+    # inherits it held and waits on it for good (CPython gh-84579, open); raw stdio has no such lock.
+    # An Accelerate rank forked by notebook_launcher once stood so in faulthandler.enable's flush.
+    env = {**(os.environ if env is None else env), "PYTHONFAULTHANDLER": "1", "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True, env=env)
     try:
