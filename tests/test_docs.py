@@ -226,7 +226,7 @@ def test_every_block_is_run_or_says_why_not():
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.slow
+@pytest.mark.full  # make test-full and CI: each block starts its own commands (~100 CPU-s in all)
 @pytest.mark.parametrize("block", [b for b in ALL_BLOCKS if runnable(b) and b.not_run is None], ids=str)
 def test_block_runs(block, library, tmp_path):
     if foreign_commands(block):  # never started: a `pip install` or `make` in a page must not run here

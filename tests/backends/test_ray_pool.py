@@ -285,6 +285,7 @@ def test_pool_fallback_false_raises_one_line(cluster, packed_lmdb, within):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.full  # make test-full and CI; a removed node and the fallback are each in make test
 def test_the_last_pool_node_removed_mid_epoch_falls_back_exactly(cluster, packed_lmdb, within):
     c, nodes = cluster
     loader = make_loader(packed_lmdb, backend="ray", **POOL, **TINY)

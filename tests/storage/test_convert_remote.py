@@ -47,6 +47,7 @@ def test_converting_to_s3_writes_what_a_local_conversion_writes(s3, imagefolder,
         convert(imagefolder, s3.bucket("other") + "/x.lmdb", OPTIONS)
 
 
+@pytest.mark.full  # make test-full and CI; a killed local conversion is in make test (tests/converters)
 def test_a_killed_conversion_to_s3_does_not_open_and_resume_completes_it(s3, big_source, tmp_path):  # noqa: F811
     url = s3.bucket("out") + "/big.wds"
     args = ["convert", str(big_source), url, "--workers", "2", "--shard-size", "64KiB", "-q"]

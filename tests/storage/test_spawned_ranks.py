@@ -75,7 +75,8 @@ def s3_dataset(s3, packed_wds):
 
 # The DataLoader workers: forked from the rank (start_method="fork", what hung), or started the way
 # the rank was (None: a spawned rank spawns them, a forkserver's rank asks the forkserver).
-WORKERS = pytest.mark.parametrize("workers", ["fork", None], ids=["forked-workers", "default-workers"])
+WORKERS = pytest.mark.parametrize("workers", [pytest.param("fork", marks=pytest.mark.full), None],
+                                 ids=["forked-workers", "default-workers"])  # forked: make test-full and CI
 
 
 @WORKERS

@@ -176,7 +176,7 @@ def test_the_command_line_stops_mid_epoch_with_a_checkpoint_exit_75_and_one_line
 
 @pytest.mark.parametrize("signum, start, backend", [
     (signal.SIGTERM, "fork", "dataloader"), (signal.SIGUSR1, "spawn", "dataloader"),
-    (signal.SIGINT, "spawn", "dataloader"), (signal.SIGTERM, "fork", "dali")],
+    pytest.param(signal.SIGINT, "spawn", "dataloader", marks=pytest.mark.full), (signal.SIGTERM, "fork", "dali")],
     ids=["SIGTERM", "SIGUSR1-spawn", "SIGINT-spawn", "SIGTERM-dali"])
 def test_a_signal_to_the_whole_process_group_spares_the_loader_workers(learnable, tmp_path, signum, start, backend):
     """torchrun sends SIGTERM to each rank's process group, a terminal's Ctrl-C goes to the foreground

@@ -6,7 +6,7 @@ from tests.train.ranks import nan_loss_run, spawn_ranks, train_run
 from tests.train.support import config
 
 
-@pytest.mark.parametrize("nan_rank, nan_step, log_every", [(0, 2, 2), (1, 3, 50)],
+@pytest.mark.parametrize("nan_rank, nan_step, log_every", [(0, 2, 2), pytest.param(1, 3, 50, marks=pytest.mark.full)],
                          ids=["rank0-checked-at-a-log-line", "rank1-checked-at-the-epoch-end"])
 def test_a_nan_loss_on_one_rank_stops_every_rank_with_the_same_error(learnable, tmp_path, nan_rank, nan_step,
                                                                     log_every):
@@ -18,7 +18,7 @@ def test_a_nan_loss_on_one_rank_stops_every_rank_with_the_same_error(learnable, 
     assert f"in epoch 0 at step {nan_step}" in outcomes[0]["message"]
 
 
-@pytest.mark.parametrize("before, after", [(2, 1), (1, 2)])
+@pytest.mark.parametrize("before, after", [(2, 1), pytest.param(1, 2, marks=pytest.mark.full)])
 def test_an_elastic_resume_counts_every_image_of_the_epoch_once(learnable, tmp_path, before, after):
     """72 images at batch 6, stopped after 2 steps on `before` ranks (12 images each), finished on
     `after` ranks: the epoch's record counts the 72 once (the old loop: 60 or 84)."""

@@ -91,6 +91,7 @@ def test_two_process_gloo_run_through_torchrun_ends_with_identical_weights(learn
     assert len(list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))) == 1  # rank 0 only
 
 
+@pytest.mark.full  # make test-full and CI; elastic resumes are in make test (test_ranks.py)
 def test_two_rank_dali_run_over_uneven_shards_then_elastic_resume_on_one(packed_wds, tmp_path):
     """DALI under torchrun (gloo) over shards of 13 and 14 records at batch 13: every rank gets a
     full batch (none empty, no NaN); stopped after one step, the run resumes on one process. With

@@ -31,6 +31,7 @@ def test_the_page_quotes_each_example_whole(name):
     assert (EXAMPLES / name).read_text().rstrip("\n") in (DOCS / "trainers.md").read_text()
 
 
+@pytest.mark.full  # make test-full and CI; test_lightning.py runs Lightning's ddp in make test
 def test_lightning_example_trains_on_two_ranks_and_resumes_from_its_checkpoint(packed_lmdb, tmp_path):
     if not installed("pytorch_lightning"):  # found, not imported: the example imports it, not this process
         pytest.skip("pytorch_lightning is not installed")
@@ -45,7 +46,8 @@ def test_lightning_example_trains_on_two_ranks_and_resumes_from_its_checkpoint(p
     assert resumed.name == "epoch=2-step=12.ckpt"
 
 
-@pytest.mark.parametrize("name, saved", [("accelerate_train.py", "epoch-1"), ("torchrun_train.py", "last.pt")])
+@pytest.mark.parametrize("name, saved", [pytest.param("accelerate_train.py", "epoch-1", marks=pytest.mark.full),
+                                         ("torchrun_train.py", "last.pt")])  # Accelerate in make test: test_accelerate.py
 def test_torchrun_launched_example_trains_on_two_ranks_and_resumes(packed_lmdb, tmp_path, name, saved):
     if name.startswith("accelerate") and not installed("accelerate"):  # found, not imported (as above)
         pytest.skip("accelerate is not installed")

@@ -49,6 +49,7 @@ def test_ddp_resume_from_the_epoch_end_serves_exactly_what_the_uninterrupted_run
         assert served_after(resumed[rank], 0) == served_after(ranks[rank], STEPS_PER_EPOCH)
 
 
+@pytest.mark.full  # make test-full and CI; ddp's own resume is in make test
 def test_ddp_spawn_resumes_mid_epoch_and_serves_what_ddp_served(packed_wds, uninterrupted, tmp_path):
     """ddp_spawn starts the ranks in new processes (the module pickled into them), which make their
     loaders there: from the ddp run's mid-epoch checkpoint they serve what the ddp run went on to
