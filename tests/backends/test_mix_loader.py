@@ -165,6 +165,15 @@ def test_source_field_needs_a_mix(sources):
         make_loader(sources["lm"], backend="threads", fields=("image", "source"))
 
 
+def test_repeated_augmentation_is_refused_over_a_mix_in_one_line(sources):
+    from datapipe.augment import Recipe
+
+    with pytest.raises(ValueError, match=r"aug_repeats=3 \(repeated augmentation\) is not available over a Mix") as err:
+        batches = iter(make_loader(mix_of(sources), backend="threads", recipe=Recipe(aug_repeats=3), **OPTIONS))
+        next(batches)
+    assert "\n" not in str(err.value)
+
+
 def test_a_zero_weight_skips_a_source_that_epoch(sources):
     got = served(make_loader(mix_of(sources, weights={"lm": 1, "wd": 0, "fo": 1}), backend="threads", **OPTIONS))
     assert {n for n, _, _ in got} == {"lm", "fo"}
