@@ -15,6 +15,7 @@ from typing import Any
 from .doctor import Check
 from .errors import first_line
 from .pool_sizing import DEIT_CPU_S_PER_IMAGE, GPU_IMAGES_PER_S, JPEG_BYTES, pool_cores, wire, wire_lines
+from .pool_sizing import capacity
 
 PROBE_S = 3.0  # a head that does not accept a connection by then is unreachable (ray.init would wait minutes)
 POOL_RESOURCE = "datapipe"
@@ -100,12 +101,6 @@ def node_line(node: dict[str, Any]) -> str:
     return f"{node.get('NodeManagerAddress', '?')}: {have.get('CPU', 0):g} CPUs, {have.get('GPU', 0):g} GPUs{extra}"
 
 
-def pool_capacity(nodes: list[dict[str, Any]]) -> float:
-    """Pool actors the live nodes can hold at once: each takes 1 CPU and 1 `datapipe` (pool_resources)."""
-    return sum(min(n["Resources"].get("CPU", 0), n["Resources"].get(POOL_RESOURCE, 0))
-               for n in nodes if n.get("Alive"))
-
-
 def cluster_checks(nodes: list[dict[str, Any]], sizing: SizingOptions = SizingOptions()) -> list[Check]:
     """The cluster in ray.nodes()'s words, then the sizing at its image rate. Pure: tested with dicts."""
     alive = [n for n in nodes if n.get("Alive")]
@@ -113,8 +108,8 @@ def cluster_checks(nodes: list[dict[str, Any]], sizing: SizingOptions = SizingOp
     checks = [Check("ray_cluster", f"{len(alive)} nodes alive ({len(nodes) - len(alive)} dead): {total['CPU']:g} "
                                    f"CPUs, {total['GPU']:g} GPUs, {POOL_RESOURCE}: {total[POOL_RESOURCE]:g}")]
     checks += [Check(f"ray_node{i}", node_line(n)) for i, n in enumerate(alive)]
-    capacity = pool_capacity(alive)
-    if not capacity:
+    room = capacity(alive, {"CPU": 1, POOL_RESOURCE: 1})  # pool actors: 1 CPU and 1 of pool_resources each
+    if not room:
         checks[0].status, checks[0].hint = "info", (
             f"no node offers the {POOL_RESOURCE!r} resource: pool actors go wherever a CPU is free, GPU nodes "
             f"included; start CPU-only nodes with `ray start --address=HEAD:6379 --num-gpus=0 --resources="
@@ -123,9 +118,9 @@ def cluster_checks(nodes: list[dict[str, Any]], sizing: SizingOptions = SizingOp
     rate = sizing.images_per_s or GPU_IMAGES_PER_S * max(gpus, 1)
     why = "given" if sizing.images_per_s else f"{max(gpus, 1)} GPU(s) x {GPU_IMAGES_PER_S:,} img/s, DeiT on an H100"
     cores = pool_cores(rate, sizing.cpu_s_per_image)
-    enough = capacity >= cores
+    enough = room >= cores
     checks.append(Check("pool_cores", f"~{cores:,.0f} pool cores for {rate:,.0f} img/s ({why}; "
-                        f"{sizing.cpu_s_per_image * 1e3:.2f} CPU-ms/img); the {POOL_RESOURCE} nodes hold {capacity:g}",
+                        f"{sizing.cpu_s_per_image * 1e3:.2f} CPU-ms/img); the {POOL_RESOURCE} nodes hold {room:g}",
                         "ok" if enough else "warn",
                         "" if enough else f"add CPU-only nodes with {POOL_RESOURCE} resources, or decode on the GPUs (DALI)"))
     w = wire(rate, image_size=sizing.image_size, jpeg_bytes=sizing.jpeg_bytes, link_gbit=sizing.link_gbit)

@@ -3,7 +3,9 @@ a pool needs for an image rate, and what the network carries at that rate when t
 uint8 pixels (backend="ray" today) against shipping the JPEG bytes and their plan for a GPU decode."""
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .checks import integer, real
 
@@ -90,3 +92,13 @@ def wire_lines(w: Wire) -> list[str]:
                   "jpeg": "ship JPEG + plan and decode on the GPU: decoded uint8 does not fit on the link",
                   "neither": "neither fits on the link: a faster link, smaller images or fewer images/s a node"}[w.choice])
     return lines
+
+
+def capacity(nodes: Iterable[Mapping[str, Any]], needs: Mapping[str, float]) -> int:
+    """How many actors needing `needs` the live nodes (ray.nodes()) hold in all, busy or not."""
+    held = 0
+    for node in nodes:
+        have = node.get("Resources", {})
+        if node.get("Alive"):
+            held += min(int(have.get(k, 0.0) // v) for k, v in needs.items())
+    return held

@@ -3,7 +3,8 @@ injected: grows while the trainer waits, holds in between, shrinks after fed win
 actors left carry the load, never under 1; and how many actors a cluster's nodes hold."""
 from __future__ import annotations
 
-from datapipe.backends.ray.sizing import Sizing, Window, capacity
+from datapipe.backends.ray.sizing import Sizing, Window
+from datapipe.pool_sizing import capacity
 
 
 class Clock:

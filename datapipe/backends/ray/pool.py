@@ -16,7 +16,7 @@ from ...formats.base import Dataset
 from ..fields import FieldSpec
 from ..options import LoaderOptions
 from .actor import BatchActor
-from .sizing import capacity
+from ...pool_sizing import capacity
 
 log = logging.getLogger(__name__)
 START_S = 60.0  # an actor that a node could hold but is not up by then is given up (a node starting is seconds)

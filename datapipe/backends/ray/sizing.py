@@ -7,9 +7,8 @@ Pure: the clock is injected, and the pool decides whether the cluster has room (
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 WINDOW = 8  # batches a decision looks at
 GROW_ABOVE = 0.10  # wait fraction above which the trainer is starved
@@ -68,13 +67,3 @@ class Sizing:
             self._calm = 0
             return size - 1
         return size
-
-
-def capacity(nodes: Iterable[Mapping[str, Any]], needs: Mapping[str, float]) -> int:
-    """How many actors needing `needs` the live nodes (ray.nodes()) hold in all, busy or not."""
-    held = 0
-    for node in nodes:
-        have = node.get("Resources", {})
-        if node.get("Alive"):
-            held += min(int(have.get(k, 0.0) // v) for k, v in needs.items())
-    return held
