@@ -63,7 +63,8 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
                         "(ray; pip install 'datapipe[ray]'; SRC and DST on a filesystem every node mounts, "
                         "or DST a URL)")
     p.add_argument("--ray-address", metavar="auto|HOST:PORT",
-                   help="the Ray cluster to use (default: a running one named by RAY_ADDRESS, else a local Ray)")
+                   help="the Ray cluster to use (auto: the one `ray start` runs here; default: RAY_ADDRESS's, "
+                        "else a local Ray on 127.0.0.1 started for this conversion)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=_run_convert)
 

@@ -1,6 +1,6 @@
 """What datapipe's two uses of Ray (backend="ray", convert --engine ray) share before a Ray starts:
-the import, with how to install it, and a temp folder short enough for Ray's socket paths. Light: no
-torch (a conversion's Ray workers import this)."""
+the import, with how to install it, and how a local Ray of their own starts (127.0.0.1 only, a temp
+folder short enough for Ray's socket paths). Light: no torch (a conversion's Ray workers import this)."""
 from __future__ import annotations
 
 import contextlib
@@ -18,6 +18,7 @@ SHORT_TEMP = 32
 # Ray on Linux takes the machine's routable address and listens on every interface unless this is 0
 # (read by Ray's processes from the environment, and by the driver's ray_constants at import)
 CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+LOOPBACK = "127.0.0.1"
 
 
 def import_ray(needed_by: str = "backend='ray'") -> Any:
@@ -37,6 +38,14 @@ def short_temp_options() -> dict[str, str]:
         return {}
     log.info("Ray's socket paths under %s would be too long for AF_UNIX: its files go to /tmp/ray-%d", temp, os.getuid())
     return {"_temp_dir": f"/tmp/ray-{os.getuid()}"}
+
+
+def start_local(ray: Any, **options: Any) -> None:
+    """Start a Ray on this machine for this process: it reads no RAY_ADDRESS (address="local"), binds and
+    advertises 127.0.0.1 only, and puts its files where its socket paths fit. Nothing else can reach it."""
+    with loopback_only():
+        ray.init(address="local", _node_ip_address=LOOPBACK, include_dashboard=False, logging_level=logging.WARNING,
+                 **short_temp_options(), **options)
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from datapipe.ray_setup import import_ray, short_temp_options
+from datapipe.ray_setup import import_ray, start_local
 from datapipe.storage.isolate import forks_nothing
 
 from ..errors import ConvertError, ShardFailed
@@ -44,19 +44,25 @@ def _stop(ray: Any, refs: list[Any]) -> None:
     ray.wait(refs, num_returns=len(refs), timeout=STOP_WAIT_S)
 
 
-def local_ray_options(address: str | None, ray_address: str | None) -> dict[str, str]:
-    """ray.init's options for a local Ray this conversion starts (a short `_temp_dir` where the
-    temporary folder is too long for Ray's socket paths). Nothing when joining a running cluster
-    (`address`, `ray_address` = RAY_ADDRESS): it has its own."""
-    if address is not None or ray_address:
-        return {}
-    return short_temp_options()
+def connect(address: str | None) -> tuple[Any, bool]:
+    """(the ray module, whether this call started the Ray it is connected to). A Ray this process is
+    connected to is used as it is; else the cluster at `address` ("auto": the one `ray start` runs
+    here), or RAY_ADDRESS's; with neither, a local Ray for this conversion, on 127.0.0.1 only (before,
+    `ray.init()` started one listening on every interface, or joined whatever ray start had left)."""
+    ray = import_ray("--engine ray")
+    if ray.is_initialized():
+        return ray, False
+    if address is None and not os.environ.get("RAY_ADDRESS"):
+        start_local(ray)
+    else:
+        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
+    return ray, True
 
 
 class RayEngine:
     """Shard tasks on the Ray cluster this process is connected to, or on the one at `address`
-    ("auto", HOST:PORT); with neither, `ray.init()` finds one (RAY_ADDRESS, `ray start`) or starts a
-    local Ray for this conversion and stops it after."""
+    ("auto", HOST:PORT) or RAY_ADDRESS; with none, on a local Ray (127.0.0.1 only) started for this
+    conversion and stopped after."""
 
     name = "ray"
 
@@ -69,11 +75,7 @@ class RayEngine:
     def run(self, jobs: list[ShardJob], ctx: ShardContext, tick: Tick) -> Iterator[ShardRecords]:
         if not jobs:
             return
-        ray = import_ray("--engine ray")
-        owned = not ray.is_initialized()
-        if owned:
-            ray.init(address=self.address, include_dashboard=False, logging_level=logging.WARNING,
-                     **local_ray_options(self.address, os.environ.get("RAY_ADDRESS")))
+        ray, owned = connect(self.address)
         try:
             yield from self._run(ray, jobs, ctx, tick)
         finally:

@@ -3,12 +3,11 @@ writes, a task killed mid-shard and retried, `--resume` after the driver is kill
 from __future__ import annotations
 
 import functools
+import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 import ray
@@ -119,25 +118,39 @@ def test_ray_reads_the_images_from_s3(local_ray, s3, tmp_path):  # noqa: F811
     same_dataset_files(tmp_path / "ray.wds", tmp_path / "local.wds", same_source=False)
 
 
-def test_a_long_tmpdir_gets_ray_a_short_temp_folder(tmp_path, monkeypatch):
-    """A Slurm job's $TMPDIR is often long; Ray's socket paths under it then overflow AF_UNIX's 107
-    bytes and a local Ray would not start. Joining a running cluster passes nothing."""
-    from converters.engines.ray import local_ray_options
+OWN_RAY = """
+import json, os, psutil
+from converters.engines.ray import connect
+ray, owned = connect(None)
+ours = {c.pid for c in psutil.Process().children(recursive=True)} | {os.getpid()}
+listening = sorted({c.laddr.ip for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN and c.pid in ours})
+its = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)]
+print(json.dumps({"owned": owned, "node": ray.nodes()[0]["NodeManagerAddress"], "listening": listening,
+                  "short_temp": any(f"/tmp/ray-{os.getuid()}/" in line for line in its), "seven": ray.get(ray.put(7))}))
+ray.shutdown()
+"""
+
+
+def test_a_conversions_own_ray_listens_on_loopback_only_with_a_short_temp_folder(tmp_path, monkeypatch):
+    """With no --ray-address and no RAY_ADDRESS, the conversion's own Ray binds and advertises 127.0.0.1
+    only (before: every interface, at the machine's address). A Slurm job's $TMPDIR is often long: Ray's
+    socket paths under it would overflow AF_UNIX's 107 bytes, so its files go to /tmp/ray-UID."""
+    from datapipe.ray_setup import short_temp_options
 
     long = tmp_path / ("job-" + "x" * 60)
     long.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(long))
-    assert local_ray_options(None, None) == {"_temp_dir": f"/tmp/ray-{os.getuid()}"}
-    assert local_ray_options("auto", None) == {} and local_ray_options(None, "head:6379") == {}
+    assert short_temp_options() == {"_temp_dir": f"/tmp/ray-{os.getuid()}"}
     monkeypatch.setattr(tempfile, "tempdir", "/tmp")
-    assert local_ray_options(None, None) == {}
-    start = ("import ray; from converters.engines.ray import local_ray_options; "
-             "ray.init(num_cpus=1, include_dashboard=False, _node_ip_address='127.0.0.1', "
-             "**local_ray_options(None, None)); print(ray.get(ray.put(7))); ray.shutdown()")
-    done = subprocess.run([sys.executable, "-c", start], env={**os.environ, "TMPDIR": str(long),
-                                                              "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},  # loopback
+    assert short_temp_options() == {}
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
+    done = subprocess.run([sys.executable, "-c", OWN_RAY], env={**env, "TMPDIR": str(long), "HOME": str(tmp_path)},
                           capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0 and done.stdout.strip().endswith("7"), done.stderr[-1500:]
+    assert done.returncode == 0, done.stderr[-1500:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["owned"] and got["seven"] == 7 and got["node"] == "127.0.0.1"
+    assert got["listening"] and set(got["listening"]) <= {"127.0.0.1", "::ffff:127.0.0.1"}, got["listening"]
+    assert got["short_temp"]
 
 
 def test_ray_reads_imagenet_archive_members_into_the_shards_the_local_engine_writes(local_ray, download, tmp_path):  # noqa: F811

@@ -8,10 +8,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ...ray_setup import import_ray, loopback_only, short_temp_options
+from ...ray_setup import import_ray, start_local
 
 log = logging.getLogger(__name__)
-LOOPBACK = "127.0.0.1"
 _users = 0  # loaders using the Ray this module started (0: none started, or it was shut down)
 
 
@@ -24,9 +23,7 @@ def connect() -> tuple[Any, bool]:
             return ray, False  # the user's Ray: never stopped here
         _users += 1
         return ray, True
-    with loopback_only():
-        ray.init(address="local", _node_ip_address=LOOPBACK, include_dashboard=False,
-                 logging_level=logging.WARNING, log_to_driver=False, **short_temp_options())
+    start_local(ray, log_to_driver=False)
     _users = 1
     log.info("datapipe: the Ray pool runs on a local Ray started for it, on 127.0.0.1 (stopped with its last loader)")
     return ray, True
