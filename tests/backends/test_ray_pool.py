@@ -200,6 +200,30 @@ def test_auto_grows_while_the_trainer_starves_and_shrinks_while_it_trains(cluste
     assert loader.pool.requested == 0
 
 
+def test_a_broken_off_iteration_cancels_its_leases_and_counts_none_of_them(cluster, packed_lmdb, within, monkeypatch):
+    """A loop left after one batch: the batches leased ahead are cancelled (each returns or raises
+    TaskCancelledError, nothing else) and no member counts them any more (before: until the next
+    iteration); the next iteration serves what the threads backend's does after the same break."""
+    loader = make_loader(packed_lmdb, backend="ray", **POOL1, **TINY)
+    leased = []
+    issue = loader._issue
+    monkeypatch.setattr(loader, "_issue", lambda lease, leases: (leased.append(lease), issue(lease, leases)))
+    it = iter(loader)
+    next(it)
+    it.close()
+    assert len(leased) > 1 and all(m.in_flight == 0 for m in loader.pool.members)
+    for lease in leased[1:]:
+        try:
+            ray.get(lease.ref, timeout=DEATH_S)
+        except ray.exceptions.TaskCancelledError:
+            pass
+    threads = make_loader(packed_lmdb, backend="threads", **TINY)
+    mirror = iter(threads)
+    next(mirror)
+    mirror.close()
+    same(batches(loader), batches(threads))  # what a loop broken off the same way goes on to serve
+
+
 def test_non_persistent_pools_take_turns_on_a_full_cluster(cluster, packed_lmdb, within, monkeypatch):
     """A train pool of two whole-node actors fills the cluster; released at the end of its epoch, the
     val pool's actor runs (before: given up after START_S, and a PoolFallback); the train pool starts again."""

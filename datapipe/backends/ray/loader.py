@@ -149,8 +149,24 @@ class RayLoader(Loader):
                     self._measured(asked, busy, leases)
                 yield pinned(host) if self.pin else host
         finally:
+            self._drop(leases, current=mine == self.iterations)
             if not self.options.persistent_workers and mine == self.iterations:
                 self.pool.release()  # its CPUs back to the cluster until the next iteration
+
+    def _drop(self, leases: deque[Lease], *, current: bool) -> None:
+        """An iteration broken off (a break, an error): its leases still out are cancelled where their
+        actor has not started them (an actor runs its calls in order: they would hold up the next
+        iteration's), and, while no later iteration has begun (refill counts afresh), uncounted."""
+        for lease in leases:
+            if lease.ref is None:
+                continue
+            try:
+                self.ray.cancel(lease.ref)
+            except Exception as exc:  # an actor gone meanwhile: nothing left to cancel
+                log.debug("datapipe: cancelling a broken-off lease: %s", exc)
+            if current:
+                lease.member.in_flight -= 1
+        leases.clear()
 
     def _measured(self, asked: float, busy: float, leases: deque[Lease]) -> None:
         """One batch received from the pool: the window's figures, and with pool_workers="auto" the
