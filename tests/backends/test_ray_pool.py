@@ -174,6 +174,10 @@ def test_auto_grows_while_the_trainer_starves_and_shrinks_while_it_trains(cluste
     then asks the autoscaler for one more; slow (100 s more away a batch): it shrinks back to 1, the
     leaving actor's leased batches received. Every epoch bit for bit the threads backend's."""
     gc.collect()  # the module's earlier loaders, and their actors, gone
+    deadline = time.monotonic() + DEATH_S  # and their resources back (an actor's end is asynchronous)
+    while ray.available_resources().get("datapipe", 0) < 2 * WHOLE_NODE["datapipe"]:
+        assert time.monotonic() < deadline, f"earlier actors still hold {ray.available_resources()}"
+        time.sleep(0.2)
     kw = dict(TINY, batch_size=1)  # 27 batches an epoch: 6 windows of 4
     loader = make_loader(packed_lmdb, backend="ray", pool_workers="auto", pool_resources=WHOLE_NODE, **kw)
     threads = make_loader(packed_lmdb, backend="threads", **kw)
