@@ -16,8 +16,8 @@ from tests.trainers.served import check_epochs, run_script
 TRAINERS = Path(__file__).parents[1] / "trainers"
 
 
-@pytest.mark.parametrize("start_method", [pytest.param(None, marks=pytest.mark.full), "fork"])  # None: workers
-# start as the rank did (spawned: in make test-full and CI)
+# None: the workers start as the rank did (spawned; in make test-full and CI)
+@pytest.mark.parametrize("start_method", [pytest.param(None, marks=pytest.mark.full), "fork"])
 def test_an_s3_dataset_under_lightning_ddp_spawn_with_two_workers_per_rank(s3, packed_wds, tmp_path, start_method):
     if not installed("pytorch_lightning"):  # found, not imported: the ranks import it, not this process
         pytest.skip("pytorch_lightning is not installed")
