@@ -4,6 +4,7 @@ resumes in another backend at another world size, and the refusals are one line.
 from __future__ import annotations
 
 import collections
+import random
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +119,47 @@ def test_a_mid_epoch_state_resumes_in_another_backend_at_another_world_size(sour
     expected = collections.Counter((n, r) for n, r, _ in reference)
     assert not expected - got
     assert sum((got - expected).values()) < 3  # padding of the 3 ranks' last batches
+
+
+def shifting(epoch: int) -> dict[str, float]:
+    """WEIGHTS for two epochs, then fo's weight doubled (picklable: a weights function must travel)."""
+    return WEIGHTS if epoch < 2 else {"lm": 0.4, "wd": 0.2, "fo": 0.4}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_loaders_resumed_at_random_world_sizes_workers_and_positions_serve_the_uninterrupted_run(sources, seed):
+    """Three epochs, the weights changed after two, each served in segments: a random world size (1-8),
+    backend and worker count (threads 0-4, dataloader 0), every rank a random number of batches, then
+    rank 0's state_dict() given to the next segment's loaders. Per epoch, all ranks together serve the
+    uninterrupted run's (source, record) samples, none missing, the only extras the last world size's
+    padding."""
+    rng = random.Random(seed)
+    whole = make_loader(mix_of(sources, weights=shifting), backend="threads", **OPTIONS)
+    expected = [collections.Counter(s[:2] for s in served(whole)) for _ in range(3)]
+    state = None
+    for epoch in range(3):
+        got, world = collections.Counter(), 1
+        while state is None or state["epoch"] == epoch:
+            world = rng.randint(1, 8)
+            backend, workers = rng.choice([("threads", rng.randint(0, 4)), ("dataloader", 0)])
+            loaders = [make_loader(mix_of(sources, weights=shifting), backend=backend, num_workers=workers, rank=rank,
+                                   world_size=world, **OPTIONS) for rank in range(world)]
+            for loader in loaders:
+                if state is not None:
+                    loader.load_state_dict(state)
+            assert loaders[0].epoch == epoch
+            left = len(loaders[0]) - loaders[0].batches_done
+            take = left if rng.random() < 0.3 else rng.randint(0, left)
+            for loader in loaders:
+                batches = iter(loader)
+                for b in (batches if take == left else (next(batches) for _ in range(take))):
+                    got.update((loader.mix.names[s], int(i)) for s, i in zip(b.sources, b.indices))
+            state = loaders[0].state_dict()
+            if take == left:
+                break
+        assert not expected[epoch] - got, f"epoch {epoch}: samples never served"
+        assert sum((got - expected[epoch]).values()) < world, f"epoch {epoch}: more than the padding served twice"
+        assert state["epoch"] == epoch + 1
 
 
 def test_a_mid_epoch_resume_under_other_weights_is_refused_in_one_line(sources):
