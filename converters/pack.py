@@ -116,6 +116,7 @@ class ConvertReport:
     splits: dict[str, SplitInfo]
     seconds: float
     processed: int
+    source_format: str | None = None  # a packed dataset's format when its records were repacked (converters.repack)
 
     @property
     def images_per_s(self) -> float:
@@ -223,7 +224,7 @@ def _check_sources(task_list: TaskList, progress: Progress, staging: Path) -> No
                            f"({name_some(changed)}); --overwrite converts again from the start")
 
 
-def _check_destination(src: str | Path, dst: Path, staging: Path, options: ConvertOptions) -> None:
+def check_destination(src: str | Path, dst: Path, staging: Path, options: ConvertOptions) -> None:
     if isinstance(src, Path) and (dst.resolve() == src.resolve() or src.resolve() in dst.resolve().parents):
         raise ConvertError(f"the destination {dst} must not be the source folder or inside it")
     if dst.exists() and not options.overwrite:
@@ -279,7 +280,7 @@ def convert_local(src: str | Path, dst: Path, options: ConvertOptions, engine: E
 def _convert_locked(src: str | Path, dst: Path, spec: FormatSpec, options: ConvertOptions,
                     engine: Engine | None) -> ConvertReport:
     staging = staging_path(dst)
-    _check_destination(src, dst, staging, options)
+    check_destination(src, dst, staging, options)
     task_list, options = prepare(src, spec, options)
     dst.parent.mkdir(parents=True, exist_ok=True)
     if spec.sharded:

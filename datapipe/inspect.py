@@ -53,6 +53,20 @@ def _carried(files: list[Any]) -> list[str]:
     return info.fields
 
 
+def plain(text: object, limit: int = 200) -> str:
+    """Text from a dataset (a class or file name, a reason) as a terminal line shows it: control and
+    other unprintable characters as escapes (none reaches the terminal), cut to about `limit` characters."""
+    text = str(text)
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def counted(n: int, word: str, plural: str | None = None) -> str:
+    """'1 shard', '2 shards', '3 classes' (with `plural` given)."""
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
 def human_size(n: float) -> str:
     """A byte count for people: 512 B, 1.5 KB, 2.3 GB (powers of 1000)."""
     for unit in ("B", "KB", "MB", "GB", "TB"):

@@ -78,6 +78,21 @@ def make_key(relpath: str, taken: set[str]) -> str:
     return unique
 
 
+KEY_MAX_STORED = 95  # a .wds member is KEY.EXT in USTAR's 100-byte name field (".json": 5)
+_KEY_STORED = re.compile(rf"[A-Za-z0-9_-]{{1,{KEY_MAX_STORED}}}")
+
+
+def check_key(key: object, where: str) -> str:
+    """`key` if it is a key make_key could give (ASCII letters, digits, '_' and '-'; at most
+    KEY_MAX_STORED characters), else a ValueError naming `where`: a record's key becomes file names
+    in .wds shards, and one from another dataset may have been crafted."""
+    if isinstance(key, str) and _KEY_STORED.fullmatch(key):
+        return key
+    shown = repr(key)[:60] + ("..." if len(repr(key)) > 60 else "")
+    raise ValueError(f"{where}: key {shown} is not a record key (ASCII letters, digits, '_' and '-', at most "
+                     f"{KEY_MAX_STORED} characters); the dataset is damaged or was crafted")
+
+
 def walk_relpaths(folder: str | Path, unreadable: list[str] | None = None,
                   sidecars: set[str] | None = None) -> list[tuple[str, str]]:
     """(subfolder relative to `folder`, file name) of the image files under `folder` in ImageFolder's
