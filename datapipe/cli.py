@@ -27,9 +27,11 @@ def parse_size(text: str) -> int:
 
 
 def _add_convert(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("convert", help="pack an image folder into LMDB (.lmdb), HDF5 (.h5) or WebDataset (.wds)")
+    p = sub.add_parser("convert", help="pack an image folder into LMDB (.lmdb), HDF5 (.h5) or WebDataset (.wds), "
+                                       "or a packed dataset into another of them")
     p.add_argument("src", help="image folder: SRC/CLASS/* or SRC/SPLIT/CLASS/*, or flat with --labels; or a folder "
-                   "holding ImageNet's downloaded archives, read without extracting them (docs/imagenet.md)")
+                   "holding ImageNet's downloaded archives, read without extracting them (docs/imagenet.md); or a "
+                   "packed dataset (.lmdb, .h5, .wds): its records copied as they are (docs/converting.md)")
     p.add_argument("dst", help="output: *.lmdb, *.h5/*.hdf5, or *.wds (a folder of shards)")
     p.add_argument("--format", choices=["lmdb", "hdf5", "wds"], help="override the format the suffix selects")
     p.add_argument("--workers", type=int, default=0, help="reader processes (default: all cores)")
@@ -89,19 +91,30 @@ def _run_convert(args: argparse.Namespace) -> int:
     try:
         report = convert(args.src, args.dst, options)
     except KeyboardInterrupt:
-        print(redact(f"\ninterrupted: run `datapipe convert {args.src} {args.dst} --resume` to finish"), file=sys.stderr)
+        print(redact(f"\ninterrupted: run `datapipe convert {_quoted(args.src)} {_quoted(args.dst)} --resume` to "
+                     "finish"), file=sys.stderr)
         return 130
     total_bytes = sum(s.bytes for s in report.splits.values())
-    print(f"wrote {redact(report.dst)} ({report.format}) in {report.seconds:.1f} s: {report.processed} files, "
-          f"{report.images_per_s:.0f} img/s, {_human(total_bytes / max(report.seconds, 1e-9))}/s")
+    what, rate = ("record", "rec/s") if report.source_format else ("file", "img/s")
+    origin = f", from {report.source_format}" if report.source_format else ""
+    print(f"wrote {redact(report.dst)} ({report.format}{origin}) in {report.seconds:.1f} s: "
+          f"{counted(report.processed, what)}, {report.images_per_s:.0f} {rate}, "
+          f"{_human(total_bytes / max(report.seconds, 1e-9))}/s")
     for name, info in report.splits.items():
-        print(f"  {name}: {info.samples} samples, {_human(info.bytes)}, {len(info.skipped)} skipped")
+        print(f"  {name}: {counted(info.samples, 'sample')}, {_human(info.bytes)}, {len(info.skipped)} skipped")
     skipped = [bad for info in report.splits.values() for bad in info.skipped]
     for bad in skipped[:20]:
-        print(f"  skipped {bad['path']}: {bad['reason']}")
+        print(f"  skipped {plain(bad['path'])}: {plain(bad['reason'])}")
     if len(skipped) > 20:
-        print(f"  ... and {len(skipped) - 20} more: `datapipe info {args.dst} --json` lists them all")
+        print(f"  ... and {len(skipped) - 20} more: `datapipe info {_quoted(args.dst)} --json` lists them all")
     return 0
+
+
+def _quoted(path: str) -> str:
+    """A path as a printed command gives it, so the command runs as printed (spaces, quotes)."""
+    import shlex
+
+    return shlex.quote(path)
 
 
 def _run_info(args: argparse.Namespace) -> int:
@@ -405,7 +418,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f" ({exc.filename})" if exc.filename else ""
         kept = ""
         if args.command == "convert" and staging_exists(args.dst):
-            kept = f"; the finished part is kept: fix this, then `datapipe convert {args.src} {args.dst} --resume`"
+            kept = (f"; the finished part is kept: fix this, then `datapipe convert {_quoted(args.src)} "
+                    f"{_quoted(args.dst)} --resume`")
         print(redact(f"datapipe {args.command}: error: {exc.strerror or exc}{where}{kept}"), file=sys.stderr)
         return 1
 
