@@ -74,6 +74,7 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
 def _run_convert(args: argparse.Namespace) -> int:
     from converters import ConvertOptions, convert
 
+    from .inspect import counted, plain
     from .inspect import human_size as _human
 
     if args.quality is not None and args.resize_max is None:
