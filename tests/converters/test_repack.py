@@ -19,6 +19,7 @@ from datapipe.inspect import verify
 from datapipe.records import Fields, Manifest, Record, SplitInfo, record_digest
 from tests.converters.faults import deadline
 from tests.converters.stopping import after_checkpoint, kill_convert_when_stopped
+from tests.storage.conftest import s3, s3_wds  # noqa: F401  (fixtures: moto's S3 on 127.0.0.1, the .wds there)
 
 OPTIONS = ConvertOptions(progress=False, shard_bytes=64 << 10)
 
@@ -176,3 +177,10 @@ def test_a_packed_source_is_not_read_as_other_tools_shards(packed_wds, tmp_path)
     shutil.copytree(packed_wds, tmp_path / "in.wds")
     convert(tmp_path / "in.wds", tmp_path / "out.lmdb", OPTIONS)
     assert sorted(read_manifest(tmp_path / "out.lmdb").splits) == ["train", "val"]
+
+
+def test_a_wds_in_object_storage_repacks_to_a_local_path(s3_wds, packed_wds, tmp_path):  # noqa: F811
+    convert(s3_wds, tmp_path / "local.lmdb", OPTIONS)
+    assert contents(tmp_path / "local.lmdb") == contents(packed_wds)
+    with pytest.raises(ConvertError, match="a packed dataset is repacked to a local path"):
+        convert(packed_wds, s3_wds.rsplit("/", 1)[0] + "/copy.wds", OPTIONS)
