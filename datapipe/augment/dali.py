@@ -21,11 +21,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dali_kernels import modules
+from .dali_kernels import modules, without_cse
 from .ops import KIND_ID, Matrix, kind_of
 from .plan import Op
 from .slots import MAX_OPS, OpBounds
 
+# DALI's CSE off, once, before any graph of these ops is built (the dali backend's graph and the selftest
+# import this module first). Here, not in a function a graph calls: AutoGraph traces those, and its
+# warning about os.environ.setdefault printed the whole environment (credentials included) on stderr.
+without_cse()
 INTERP_CODES = {"bilinear": 0, "bicubic": 1}  # what the source sends; the graph maps them to DALI's enum
 
 

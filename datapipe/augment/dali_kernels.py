@@ -15,14 +15,16 @@ def without_cse() -> None:
     DALI_ENABLE_CSE): on DALI 2.4's GPU operators it breaks the op slots' conditionals. Two kinds
     whose kernels share a subexpression (color and contrast: a blend with the same per-sample factor)
     fail at build with "Graph inconsistency detected - the OpSpec's input 1 "__Split_N[1]" not found";
-    with CSE off all 19 kinds build and match the CPU applier (benchmarks/gpu-h100-session18). Called
-    before DALI is imported or a pipeline built, as the switch is read from the environment."""
+    with CSE off all 19 kinds build and match the CPU applier (benchmarks/gpu-h100-session18). DALI
+    reads the switch from the environment when a pipeline is built; augment.dali calls this once, at
+    its import. Never from code a graph function calls: DALI's AutoGraph traces that code, and its
+    warning about `os.environ.setdefault` printed the whole environment, credentials included."""
     os.environ.setdefault("DALI_ENABLE_CSE", "0")
 
 
 def modules():
-    """(nvidia.dali.fn, nvidia.dali.math, nvidia.dali.types), or an ImportError naming the extra."""
-    without_cse()
+    """(nvidia.dali.fn, nvidia.dali.math, nvidia.dali.types), or an ImportError naming the extra. Called
+    inside graph functions (AutoGraph traces it): it imports, and touches no environment."""
     try:
         from nvidia.dali import fn, math as dmath, types
     except ImportError as exc:

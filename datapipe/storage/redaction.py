@@ -3,34 +3,47 @@ exception, a JSON report, a progress bar, a manifest).
 
 It removes what grants access: the user:password of any URL in the text, the values of the query
 parameters presigned URLs carry (X-Amz-Signature, X-Amz-Credential, X-Amz-Security-Token, sig,
-token, ...), and every credential value found in the environment (AWS_SECRET_ACCESS_KEY,
-AWS_SESSION_TOKEN, AZURE_STORAGE_ACCOUNT_KEY, GOOGLE_SERVICE_ACCOUNT_KEY, ...) or handed to a store
-(`remember`). Every place that formats a URL or wraps a store's error goes through it.
+token, ...), a dump of the whole environment (a library's repr of os.environ), and every credential
+value found in the environment (a variable named like one: AWS_SECRET_ACCESS_KEY, HF_TOKEN,
+WANDB_API_KEY, PGPASSWORD, ...) or handed to a store (`remember`). Every place that formats a URL or
+wraps a store's error goes through it; `mask_library_output` puts it on what libraries log or warn.
 """
 from __future__ import annotations
 
 import logging
 import os
 import re
+import warnings
 from collections.abc import Iterable, Mapping
 
 MASK = "***"
+ENVIRONMENT_DUMP = "{<the environment, not shown>}"  # what stands for a repr of os.environ
 MIN_SECRET = 6  # shorter values are masked in URLs and parameters only: "no" must not vanish from every text
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/?#'\"]*@")  # up to the last @ of the host part
 _SECRET_PARAM = re.compile(
     r"(?i)(?<![a-z0-9_-])((?:x-amz-|x-goog-)?(?:signature|credential|security-token)|sig|[a-z0-9_-]*token"
     r"|[a-z0-9_]*secret[a-z0-9_]*|[a-z0-9_]*password|access_?key|account_?key|api_?key|client_secret)"
     r"(=|%3D)[^&\s#'\",;)]+")
-_SECRET_VARIABLE = re.compile(r"(?i)^(AWS|AZURE|GOOGLE|GCS|GCP|OBJECT_STORE)_\w*(SECRET|TOKEN|KEY|PASSWORD|SAS)\w*$")
-_NOT_SECRET = frozenset({"AWS_ACCESS_KEY_ID", "AZURE_STORAGE_ACCOUNT_NAME", "AZURE_CLIENT_ID", "AZURE_TENANT_ID",
-                         "GOOGLE_APPLICATION_CREDENTIALS"})  # identifiers and file paths, not secrets
+# A variable holds a secret when a word of its name (split at "_") is one of these, or ends with one of
+# the long ones (PGPASSWORD, GHTOKEN), unless its last word names an identifier or a place (KEY_ID, *_FILE).
+_SECRET_WORD = re.compile(r"(?:SECRETS?|TOKENS?|KEY|APIKEY|PASSWD|PWD|PASS|PASSPHRASE|CREDENTIALS?|SAS|PAT|AUTH"
+                          r"|\w*(?:SECRET|TOKEN|PASSWORD|APIKEY|ACCESSKEY|PASSPHRASE))")
+_NOT_SECRET_WORD = frozenset({"ID", "NAME", "FILE", "PATH", "DIR", "SOCK", "URL", "USER", "USERNAME", "HOST", "PORT",
+                              "REGION", "TYPE", "MODE"})
+_NOT_SECRET = frozenset({"PWD", "OLDPWD", "GOOGLE_APPLICATION_CREDENTIALS"})  # folders and file paths, not secrets
 _remembered: set[str] = set()
 
 
+def is_secret_variable(name: str) -> bool:
+    """Whether an environment variable of this name holds a credential (HF_TOKEN yes, AWS_ACCESS_KEY_ID no)."""
+    words = name.upper().split("_")
+    return (name.upper() not in _NOT_SECRET and words[-1] not in _NOT_SECRET_WORD
+            and any(_SECRET_WORD.fullmatch(word) for word in words))
+
+
 def secret_values(environ: Mapping[str, str]) -> set[str]:
-    """The credential values among these variables (by name: *SECRET*, *TOKEN*, *KEY*, ... of a cloud)."""
-    return {value for name, value in environ.items()
-            if value and _SECRET_VARIABLE.match(name) and name.upper() not in _NOT_SECRET}
+    """The credential values among these variables (by name: is_secret_variable)."""
+    return {value for name, value in environ.items() if value and is_secret_variable(name)}
 
 
 def remember(values: Iterable[str]) -> None:
@@ -40,12 +53,16 @@ def remember(values: Iterable[str]) -> None:
 
 
 def redact(text: object) -> str:
-    """`text` as a string without userinfo, presigned-URL parameters or known credential values."""
-    text = _URL_USERINFO.sub(r"\1", str(text))
+    """`text` as a string without an environment dump, userinfo, presigned-URL parameters or known
+    credential values (as they are, and as a repr writes them: a PEM key's newlines escaped)."""
+    text = str(text)
+    if os.environ:
+        text = text.replace(repr(dict(os.environ)), ENVIRONMENT_DUMP)
+    text = _URL_USERINFO.sub(r"\1", text)
     text = _SECRET_PARAM.sub(lambda m: f"{m[1]}{m[2]}{MASK}", text)
     for value in sorted(_remembered | secret_values(os.environ), key=len, reverse=True):
         if len(value) >= MIN_SECRET:
-            text = text.replace(value, MASK)
+            text = text.replace(value, MASK).replace(repr(value)[1:-1], MASK)
     return text
 
 
@@ -61,11 +78,37 @@ def redact_json(value: object) -> object:
 
 
 class RedactingFilter(logging.Filter):
-    """A handler filter: the formatted message of every record redacted (the CLI's last net)."""
+    """A handler or logger filter: every record's formatted message, traceback and stack redacted (the
+    CLI's last net, on its handlers; on the root logger, mask_library_output)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         clean = redact(message)
         if clean != message:
             record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
         return True
+
+
+def mask_library_output() -> None:
+    """Redact what libraries log through the root logger and what `warnings` prints, in this process
+    (once; idempotent). DALI's AutoGraph logs its warnings with logging.warning, on the root logger,
+    with the repr of the objects it could not convert: an os.environ method's repr was the environment."""
+    root = logging.getLogger()
+    if not any(isinstance(f, RedactingFilter) for f in root.filters):
+        root.addFilter(RedactingFilter())
+    if not getattr(warnings.formatwarning, "redacts", False):
+        warnings.formatwarning = _redacting(warnings.formatwarning)
+
+
+def _redacting(formatwarning):
+    def redacted(*args, **kwargs) -> str:
+        return redact(formatwarning(*args, **kwargs))
+
+    redacted.redacts = True
+    return redacted

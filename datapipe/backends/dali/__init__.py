@@ -22,10 +22,10 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from ...augment.dali_kernels import without_cse
 from ...formats.base import Dataset, DatasetReplaced
 from ...mix_dataset import refuse_other_fills
 from ...sharding import EpochOrder, ShardOrder, record_of
+from ...storage.redaction import mask_library_output
 from ..bad_samples import BadSample, record_path
 from ..base import Batch, Loader
 from ..fields import TokenizerFailed, check_picklable
@@ -69,8 +69,10 @@ def cuda_initialized() -> bool:
 
 
 def require_dali():
-    """The nvidia.dali module, or an ImportError naming the extra to install."""
-    without_cse()
+    """The nvidia.dali module, or an ImportError naming the extra to install. What DALI logs or warns is
+    redacted from here on (its AutoGraph's warnings quote what it traced); its CSE switch was set when
+    this package imported augment.dali (graph.py)."""
+    mask_library_output()
     try:
         import nvidia.dali
         import nvidia.dali.plugin.pytorch  # noqa: F401
