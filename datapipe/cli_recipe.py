@@ -1,5 +1,6 @@
-"""`datapipe train`'s recipe flags: a preset (--recipe) and timm's train.py flags that change one of its
-fields, parsed into a datapipe.Recipe. Imported by the CLI only."""
+"""The recipe flags `datapipe train` and `datapipe preview` share: a preset (--recipe) and timm's train.py
+flags that change one of its fields, parsed into a datapipe.Recipe, so what trains can be previewed
+first. Imported by the CLI only."""
 from __future__ import annotations
 
 import argparse
@@ -40,16 +41,23 @@ RECIPE_FLAGS: dict[str, tuple[str, dict]] = {
 }
 
 
-def add_recipe_options(p: argparse.ArgumentParser) -> None:
-    group = p.add_argument_group("augmentation recipe", "a preset, and flags (timm's names) that change one field "
-                                 "of it; on --resume the checkpoint's recipe, which a resume cannot change")
-    group.add_argument("--recipe", choices=sorted(PRESETS), help="default: default (crop + flip, integer labels)")
+RECIPE_GROUP = "augmentation recipe"
+TRAIN_NOTE = "on --resume the checkpoint's recipe, which a resume cannot change"
+
+
+def add_recipe_options(p: argparse.ArgumentParser, note: str = TRAIN_NOTE) -> None:
+    """--recipe and every flag of RECIPE_FLAGS, in one group; a flag not given is absent from the
+    namespace (`train_recipe` reads what was given). `note` ends the group's description."""
+    group = p.add_argument_group(RECIPE_GROUP, f"a preset, and flags (timm's names) that change one field of it; {note}")
+    group.add_argument("--recipe", metavar="PRESET", default=argparse.SUPPRESS,
+                       help=f"one of {', '.join(sorted(PRESETS))}; default: default (crop + flip, integer labels)")
     for flag, (_, keywords) in RECIPE_FLAGS.items():
-        group.add_argument(flag, **keywords)
+        group.add_argument(flag, default=argparse.SUPPRESS, **keywords)
 
 
 def train_recipe(args: argparse.Namespace, saved: dict) -> Recipe | None:
-    """--recipe (or, on --resume, the checkpoint's) with the recipe flags applied; None if none was given."""
+    """--recipe (or, on --resume, the checkpoint's) with the recipe flags applied; None if none was given.
+    `datapipe preview` reads its flags here too (`saved` empty); an unknown preset is a one-line ValueError."""
     from .train.config import as_recipe
 
     changes = {field: getattr(args, flag[2:].replace("-", "_")) for flag, (field, _) in RECIPE_FLAGS.items()

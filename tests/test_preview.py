@@ -8,6 +8,7 @@ import torch
 from PIL import Image
 
 import datapipe.preview as preview_module
+from datapipe.augment.recipe import resolve_recipe
 from datapipe.errors import ExpectedError
 from datapipe.preview import (CAPTION_LINES, LABEL_W, LINE_H, PAD, PreviewOptions, captions, grid_layout, preview,
                               tile_origin)
@@ -113,3 +114,52 @@ def test_cli_preview_bad_options_are_one_line(tmp_path, args, match):
     done = run(IMAGEFOLDER, "--out", tmp_path / "x.png", *args)
     assert done.returncode == 2 and done.stderr.startswith("datapipe preview: error: ") and match in done.stderr
     assert done.stderr.count("\n") == 1 and not (tmp_path / "x.png").exists()
+
+
+def recipe_flag_values(parser) -> list[list[str]]:
+    """Each flag of `datapipe train`'s recipe group, read from its parser, with a value it takes."""
+    from datapipe.cli_recipe import RECIPE_GROUP
+
+    train = next(a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == "train")[1]
+    group = next(g for g in train._action_groups if g.title == RECIPE_GROUP)
+    found = []
+    for action in group._group_actions:
+        flag = action.option_strings[-1]
+        if action.dest == "recipe":
+            value = ["deit"]
+        elif action.choices:
+            value = [action.choices[-1]]
+        elif action.nargs == 2:
+            value = ["0.3", "0.9"]
+        else:
+            value = [{float: "0.25", int: "2"}.get(action.type, "augmix-m3-w3")]
+        found.append([flag, *value])
+    return found
+
+
+def test_preview_takes_every_recipe_flag_train_takes():
+    """Was: preview took --recipe presets only (`--aa augmix-m3-w3`: an unknown argument)."""
+    from datapipe.cli import build_parser
+    from datapipe.cli_recipe import train_recipe
+
+    parser = build_parser()
+    flags = recipe_flag_values(parser)
+    assert len(flags) > 20 and {"--aa", "--color-jitter", "--mixup", "--scale"} <= {f[0] for f in flags}
+    for flag in flags:
+        trained = train_recipe(parser.parse_args(["train", "data", "--out", "o", *flag]), {})
+        previewed = train_recipe(parser.parse_args(["preview", "data", "--out", "x.png", *flag]), {})
+        assert trained is not None and previewed == trained, flag
+
+
+def test_cli_preview_renders_a_recipe_changed_by_flags(tmp_path):
+    out = tmp_path / "augmix.png"
+    done = run(IMAGEFOLDER, "--aa", "augmix-m3-w3", "--hflip", "0", "--out", out, "--records", "1", "--epochs", "1",
+               "--backends", "threads", "--image-size", "24")
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {out}: 1 epoch x threads, 1 record each, recipe default+ (hflip=0.0, auto_augment=augmix-m3-w3)" \
+        in done.stdout
+    assert Image.open(out).size[0] == LABEL_W + 24 + 2 * PAD
+    plain_view = preview(IMAGEFOLDER, PreviewOptions(records=2, epochs=1, backends=("threads",), image_size=24))
+    augmix = preview(IMAGEFOLDER, PreviewOptions(recipe=resolve_recipe(None, auto_augment="augmix-m3-w3"), records=2,
+                                                 epochs=1, backends=("threads",), image_size=24))
+    assert not torch.equal(plain_view.rows[0].images, augmix.rows[0].images)  # the flag reached the view
