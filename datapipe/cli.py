@@ -339,13 +339,14 @@ def _run_train(args: argparse.Namespace) -> int:
 
 
 def _add_preview(sub: argparse._SubParsersAction) -> None:
+    from .cli_recipe import add_recipe_options
+
     p = sub.add_parser("preview", help="a PNG grid of a few records over a few epochs as training receives them, "
                                        "from each backend side by side (same record, same view)")
     p.add_argument("data", nargs="+", help="packed dataset, image folder or shards; several (NAME=PATH or a path) "
                                            "with --weights: their mix (each tile names its source)")
     add_mix_arguments(p)
-    p.add_argument("--recipe", default="default",
-                   help="augmentation preset: default, deit, rsb-a3, ffcv-rn50, tv-v2 (default: default)")
+    add_recipe_options(p, "every recipe flag `datapipe train` takes, so what trains is seen first")
     p.add_argument("--out", required=True, metavar="FILE.png", help="where to write the grid")
     p.add_argument("--records", type=int, default=6, help="records per row: each epoch's first batch (default 6)")
     p.add_argument("--epochs", type=int, default=3, help="epochs 0..N-1, one row per backend each (default 3)")
@@ -358,9 +359,11 @@ def _add_preview(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_preview(args: argparse.Namespace) -> int:
-    from .preview import PreviewOptions, preview
+    from .cli_recipe import train_recipe
+    from .inspect import counted
+    from .preview import PreviewOptions, describe_recipe, preview
 
-    options = PreviewOptions(recipe=args.recipe, records=args.records, epochs=args.epochs,
+    options = PreviewOptions(recipe=train_recipe(args, {}) or "default", records=args.records, epochs=args.epochs,
                              backends=tuple(b for b in args.backends.split(",") if b), image_size=args.image_size,
                              seed=args.seed, split=args.split)
     quiet = logging.getLogger("datapipe")
@@ -375,8 +378,8 @@ def _run_preview(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     path = shown.save(args.out)
     backends = list(dict.fromkeys(row.backend for row in shown.rows))
-    print(f"wrote {path}: {options.epochs} epochs x {', '.join(backends)}, {options.records} records each, "
-          f"recipe {options.recipe.name}")
+    print(f"wrote {path}: {counted(options.epochs, 'epoch')} x {', '.join(backends)}, "
+          f"{counted(options.records, 'record')} each, recipe {describe_recipe(options.recipe)}")
     return 0
 
 
