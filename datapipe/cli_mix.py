@@ -6,6 +6,7 @@ import argparse
 import math
 from typing import Any
 
+from .checks import shown
 from .mix import mix_source
 
 
@@ -18,19 +19,31 @@ def add_mix_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_weights(text: str | None, count: int) -> tuple[float, ...] | None:
-    """--weights as floats, one per dataset; a one-line ValueError otherwise."""
+    """--weights as floats, one per dataset (a Mix reads each as the decimal written: 0.7 is 7/10, so
+    0.7,0.3 and 7,3 give the same counts); a one-line ValueError otherwise."""
     if text is None:
         return None
+    parts = text.split(",")
     try:
-        weights = tuple(float(w) for w in text.split(","))
+        weights = tuple(float(w) for w in parts)
     except ValueError:
-        raise ValueError(f"--weights takes numbers separated by commas, e.g. 0.7,0.3; got {text!r}") from None
+        raise ValueError(f"--weights takes numbers separated by commas, e.g. 0.7,0.3; got {shown(text)}") from None
     if len(weights) != count:
         raise ValueError(f"--weights gives {len(weights)} weight(s) for {count} dataset(s): give one per dataset, "
                          "in order")
     if any(not math.isfinite(w) or w < 0 for w in weights):
-        raise ValueError(f"--weights must be finite numbers >= 0, got {text!r}")
+        raise ValueError(f"--weights must be finite numbers >= 0, got {shown(text)}")
+    tiny = next((p for p, w in zip(parts, weights) if w == 0 and _nonzero(p)), None)
+    if tiny is not None:
+        raise ValueError(f"--weights {shown(tiny.strip())} is below the smallest float (it would read as 0 and skip "
+                         "its dataset): scale the weights up together, e.g. 1,3 for 1e-400,3e-400")
     return weights
+
+
+def _nonzero(text: str) -> bool:
+    """Whether a number's text names a value other than 0 (a float may round it to 0)."""
+    mantissa = text.strip().lower().split("e")[0]
+    return any(c in "123456789" for c in mantissa)
 
 
 def source_of_args(data: list[str], weights: str | None, epoch_size: int | None, **mix_options: Any) -> Any:

@@ -7,35 +7,46 @@
 An epoch holds exactly round(weight x epoch_size) samples of each source (largest remainder), spread
 evenly through it; each source is an endless stream of its own permutations, so a source drawn less
 than its size goes on next epoch where it stopped, and one drawn more cycles through fresh
-permutations, every record once before any repeats (datapipe.mix_draws). `weights` may be a function
-of the epoch (a curriculum); it must be pure: the draws of epoch e count on the weights of the epochs
-before it. Labels index `mix.classes`: the first source's classes in their order, then each later
-source's new names (the same name is the same class), or the `classes=` given (a val mix labelled as
-its train mix); a source without class names gives -1.
+permutations, every record once before any repeats (datapipe.mix_draws). A weight is read as the
+number written: an int or a Fraction exactly, a float (Python's or NumPy's) as the shortest decimal that
+reads back as it (0.7 is 7/10, not the binary float's 0.69999999999999995559...). `weights` may be a
+function of the epoch (a curriculum); it must be pure: the draws of epoch e count on the weights of the
+epochs before it. It is asked once an epoch per process (the answers are kept); a loader's state carries
+the answers it used, its workers use the main process's, and ranks compare theirs (datapipe.mix_state).
+Labels index `mix.classes`: the first source's classes in their order, then each later source's new
+names (the same name is the same class; names equal once Unicode-normalised (NFC) too, with a warning;
+names that differ only in case are refused), or the `classes=` given (a val mix labelled as its train
+mix); a source without class names gives -1.
 """
 from __future__ import annotations
 
+import logging
 import math
 import numbers
+import os
 import pickle
 import re
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Union
 
 import numpy as np
 
 from .augment.recipe import Recipe, resolve_recipe
+from .checks import shown
 from .formats import open_dataset
 from .formats.base import Dataset
 from .mix_draws import apportion
+from .mix_state import PURE
 from .storage import redact
 
 Weights = Union[Mapping[str, float], Callable[[int], Mapping[str, float]], None]
 NAMED = re.compile(r"^([A-Za-z0-9_.-]+)=(.+)$")  # NAME=PATH
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+log = logging.getLogger("datapipe")
 
 
 @dataclass(frozen=True)
@@ -80,7 +91,7 @@ class Mix:
         if empty:
             raise ValueError(f"source {empty[0]!r} of the mix ({self.datasets[self.names.index(empty[0])]}) has no "
                              "records: leave it out")
-        self.classes, self.class_maps = merge_classes([d.classes for d in self.datasets], classes)
+        self.classes, self.class_maps = merge_classes([d.classes for d in self.datasets], classes, self.names)
         self.epoch_size = sum(self.sizes) if epoch_size is None else _positive_int("epoch_size", epoch_size)
         self.starts = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)  # each source's first key
         if (self.epoch_size // min(self.sizes) + 2) * sum(self.sizes) >= 2**63:
@@ -88,8 +99,21 @@ class Mix:
                              "make the draws' keys overflow 64 bits: give the small source fewer draws an epoch")
         self._weights = weights
         self.opening = (None if cache_dir is None else str(cache_dir), cache_limit)
-        if not callable(weights):
-            self.weights_at(0)  # fixed weights: checked now
+        # per epoch: the weights function's answer (asked once) and the counts (from it, or a state's replayed)
+        self._answers: dict[int, tuple[Fraction, ...]] = {}
+        self._counts: dict[int, tuple[int, ...]] = {}
+        self._reached: dict[Any, tuple[int, tuple[int, ...]]] = {}  # per start: the furthest draws_before computed
+        self.home = os.getpid()  # the process whose loader speaks for this rank (mix_state.agree)
+        if not callable(weights):  # fixed weights: checked and counted now, the same every epoch
+            self._fixed = (tuple(Fraction(n) for n in self.sizes) if weights is None
+                           else _checked_weights(weights, self.names, None))
+            self._fixed_counts = apportion(self._fixed, self.epoch_size)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A copy sent to another process by pickling (spawn) speaks for that process; a forked one
+        keeps its parent's `home`, so a worker never talks to the ranks."""
+        self.__dict__.update(state)
+        self.home = os.getpid()
 
     def refuse_other_opening(self, cache_dir: Any, cache_limit: int | None, sha256: str | None) -> None:
         """make_loader's cache_dir, cache_limit and sha256 open one dataset; a mix opened its sources
@@ -111,35 +135,69 @@ class Mix:
                 raise ValueError(f"the Mix's weights function {self._weights!r} cannot be pickled for {where}, which "
                                  f"start by spawn ({type(exc).__name__}): give a module-level function") from None
 
+    @property
+    def curriculum(self) -> bool:
+        """Whether the weights are a function of the epoch (asked per epoch, compared across ranks)."""
+        return callable(self._weights)
+
     def __len__(self) -> int:
         """Samples an epoch (all ranks together)."""
         return self.epoch_size
 
-    def weights_at(self, epoch: int) -> tuple[float, ...]:
-        """The weights of `epoch`, in the order of `names` (checked: non-negative, finite, not all 0)."""
-        if self._weights is None:
-            return tuple(float(n) for n in self.sizes)
-        given = self._weights(epoch) if callable(self._weights) else self._weights
-        return _checked_weights(given, self.names, epoch if callable(self._weights) else None)
+    def weights_at(self, epoch: int) -> tuple[Fraction, ...]:
+        """The weights of `epoch`, in the order of `names`, as exact numbers (checked: non-negative,
+        finite, not all 0). A weights function is asked once per epoch in this process."""
+        if not callable(self._weights):
+            return self._fixed
+        found = self._answers.get(epoch)
+        if found is None:
+            found = self._answers[epoch] = _checked_weights(self._weights(epoch), self.names, epoch)
+        return found
 
     def counts(self, epoch: int) -> tuple[int, ...]:
         """Samples each source gives in `epoch` (they sum to len(self))."""
-        return _counts(self, epoch)
+        if not callable(self._weights):
+            return self._fixed_counts
+        found = self._counts.get(epoch)
+        if found is None:
+            found = self._counts[epoch] = apportion(self.weights_at(epoch), self.epoch_size)
+        return found
+
+    def replay(self, epoch: int, counts: tuple[int, ...]) -> None:
+        """A resumed state's counts of `epoch` (the answer its run used), kept so that the weights
+        function is not asked for it; one that differs from this process's answer is refused (the
+        function is not pure). Fixed weights are not replayed: a resume compares their counts."""
+        if not callable(self._weights):
+            return
+        known = self._counts.setdefault(epoch, tuple(counts))
+        if known != tuple(counts):
+            raise ValueError(f"the Mix's weights function is not pure: it answered epoch {epoch} with the counts "
+                             f"{shown(list(known))} in this process, and the state resumed holds "
+                             f"{shown(list(counts))}; {PURE}")
 
     def draws_before(self, epoch: int, since: tuple[int, tuple[int, ...]] | None = None) -> tuple[int, ...]:
         """Per source, the draws of the epochs before `epoch`: from epoch 0, or from `since`
-        (epoch, draws then) that a resumed run carries (its epochs before may have had other weights)."""
+        (epoch, draws then) that a resumed run carries (its epochs before may have had other weights).
+        Continues from the furthest epoch computed from the same start (O(1) an epoch over a run)."""
         start, draws = since if since is not None and since[0] <= epoch else (0, (0,) * len(self.names))
+        origin = (start, tuple(draws))
+        reached = self._reached.get(origin)
+        if reached is not None and start <= reached[0] <= epoch:
+            start, draws = reached
         for e in range(start, epoch):
             draws = tuple(d + c for d, c in zip(draws, self.counts(e)))
-        return draws
+        if len(self._reached) > 16:
+            self._reached.clear()
+        self._reached[origin] = (epoch, tuple(draws))
+        return tuple(draws)
 
     def table(self, epoch: int = 0) -> list[dict[str, Any]]:
         """Per source, for `epoch`: its size, weight share, draws, and epochs until it repeats a record
         (its size over its draws an epoch; None when it is drawn 0 times). Paths without credentials."""
         weights, counts = self.weights_at(epoch), self.counts(epoch)
-        total = sum(weights)
-        return [{"source": name, "path": redact(str(dataset.path)), "records": size, "weight": w / total, "draws": c,
+        total = sum(weights)  # exact: weights of 1e308 sum without overflow
+        return [{"source": name, "path": redact(str(dataset.path)), "records": size, "weight": float(w / total),
+                 "draws": c,
                  "epochs_per_pass": size / c if c else None}
                 for name, dataset, size, w, c in zip(self.names, self.datasets, self.sizes, weights, counts)]
 
@@ -160,7 +218,15 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
-def _checked_weights(given: Any, names: tuple[str, ...], epoch: int | None) -> tuple[float, ...]:
+def exact_weight(w: numbers.Real) -> Fraction:
+    """A weight as the number written: an int or a Fraction exactly; a float (Python's or NumPy's) as
+    the shortest decimal that reads back as it, so 0.7 is 7/10 as "0.7" on the command line is."""
+    if isinstance(w, numbers.Rational):
+        return Fraction(int(w.numerator), int(w.denominator))
+    return Fraction(str(w) if isinstance(w, np.floating) else repr(float(w)))
+
+
+def _checked_weights(given: Any, names: tuple[str, ...], epoch: int | None) -> tuple[Fraction, ...]:
     where = "" if epoch is None else f" (the weights function's answer for epoch {epoch})"
     if not isinstance(given, Mapping):
         raise ValueError(f"weights must map each source name to a number, e.g. {{{names[0]!r}: 0.7, ...}}{where}, "
@@ -174,40 +240,72 @@ def _checked_weights(given: Any, names: tuple[str, ...], epoch: int | None) -> t
     for name in names:
         w = given[name]
         if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w < 0:
-            raise ValueError(f"weights{where}: source {name!r} has weight {w!r}; a weight is a finite number >= 0")
-        out.append(float(w))
+            raise ValueError(f"weights{where}: source {name!r} has weight {shown(w)}; a weight is a finite number >= 0")
+        out.append(exact_weight(w))
     if sum(out) <= 0:
         raise ValueError(f"weights{where} are all 0: at least one source must have a weight above 0")
     return tuple(out)
 
 
-@lru_cache(maxsize=4096)
-def _apportion_cached(weights: tuple[float, ...], total: int) -> tuple[int, ...]:
-    return apportion(weights, total)
-
-
-def _counts(mix: Mix, epoch: int) -> tuple[int, ...]:
-    return _apportion_cached(mix.weights_at(epoch), mix.epoch_size)
-
-
-def merge_classes(lists: list[list[str]], given: list[str] | None = None) -> tuple[list[str],
-                                                                                 tuple[tuple[int, ...], ...]]:
+def merge_classes(lists: list[list[str]], given: list[str] | None = None,
+                  sources: tuple[str, ...] = ()) -> tuple[list[str], tuple[tuple[int, ...], ...]]:
     """The mix's class names (the first source's in order, then each later source's new ones; or
     `given`, which must hold them all: a val mix labelled as its train mix) and per source, its
-    label -> the mix's label."""
+    label -> the mix's label. A name is a class; a name equal to an earlier source's once both are
+    NFC-normalised is that class (one file system wrote it decomposed: a warning says so); a name
+    that differs from an earlier one only in case is refused (one class or two? only its owner knows)."""
     classes: list[str] = list(given or [])
+    origin = ["the given classes"] * len(classes)
     where: dict[str, int] = {name: k for k, name in enumerate(classes)}
     maps = []
-    for names in lists:
+    for s, names in enumerate(lists):
+        source = repr(sources[s]) if s < len(sources) else str(s)
+        earlier = _folded(classes)  # a source's own names never merge with each other: they are its classes
+        row = []
         for name in names:
-            if name not in where and given is not None:
-                raise ValueError(f"a source's class {name!r} is not among the mix's given classes "
-                                 f"({len(given)}: {given[:5]}...); a val split must use the train split's class names")
-            if name not in where:
-                where[name] = len(classes)
+            k = where.get(name)
+            if k is None:
+                k = _same_class(name, source, classes, origin, earlier)
+            if k is None and given is not None:
+                raise ValueError(f"a source's class {shown(name)} is not among the mix's given classes "
+                                 f"({len(given)}: {shown(given[:5])}...); a val split must use the train split's class "
+                                 "names")
+            if k is None:
+                k = where[name] = len(classes)
                 classes.append(name)
-        maps.append(tuple(where[name] for name in names))
+                origin.append(f"source {source}")
+            row.append(k)
+        maps.append(tuple(row))
     return classes, tuple(maps)
+
+
+def _folded(classes: list[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """(NFC form -> class, NFC case-folded form -> class) of the classes so far."""
+    nfc: dict[str, int] = {}
+    case: dict[str, int] = {}
+    for k, name in enumerate(classes):
+        form = unicodedata.normalize("NFC", name)
+        nfc.setdefault(form, k)
+        case.setdefault(form.casefold(), k)
+    return nfc, case
+
+
+def _same_class(name: str, source: str, classes: list[str], origin: list[str],
+                earlier: tuple[dict[str, int], dict[str, int]]) -> int | None:
+    """The earlier class `name` is once NFC-normalised (a warning), None for a new name; a name that
+    differs from an earlier one only in case is refused in one line naming both."""
+    form = unicodedata.normalize("NFC", name)
+    k = earlier[0].get(form)
+    if k is not None:
+        log.warning("mix: class %r of source %s is class %r of %s written in another Unicode form (NFC/NFD): "
+                    "one class", name, source, classes[k], origin[k])
+        return k
+    k = earlier[1].get(form.casefold())
+    if k is not None:
+        raise ValueError(f"class {shown(name)} of source {source} and class {shown(classes[k])} of {origin[k]} differ "
+                         "only in case: rename one so that they are one class (the same name) or plainly two, and "
+                         "convert that dataset again")
+    return None
 
 
 def source_names(data: list[str]) -> dict[str, str]:

@@ -82,3 +82,26 @@ def test_info_json_says_never_as_null_and_hides_credentials(packed_lmdb, packed_
     assert main(["info", str(packed_lmdb), str(packed_wds), "--weights", "1,0", "--json"]) == 0
     body = json.loads(capsys.readouterr().out)  # strict JSON: no Infinity
     assert body["sources"][1]["draws"] == 0 and body["sources"][1]["epochs_per_pass"] is None
+
+
+def test_info_shares_of_weights_whose_sum_overflows_a_float(packed_lmdb, packed_wds, capsys):
+    """1e308 + 1e308 is inf as floats: the shares read 0.000/0.000."""
+    assert main(["info", str(packed_lmdb), str(packed_wds), "--weights", "1e308,1e308", "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert [s["weight"] for s in body["sources"]] == [0.5, 0.5] and [s["draws"] for s in body["sources"]] == [27, 27]
+
+
+def test_decimal_weights_count_as_the_decimals_written(packed_lmdb, packed_wds, capsys):
+    """0.7,0.3 and 7,3 at 35 samples: 24/11 and 25/10 before (the binary 0.7 is below 7/10)."""
+    draws = []
+    for weights in ("0.7,0.3", "7,3"):
+        assert main(["info", str(packed_lmdb), str(packed_wds), "--weights", weights, "--epoch-size", "35",
+                     "--json"]) == 0
+        draws.append([s["draws"] for s in json.loads(capsys.readouterr().out)["sources"]])
+    assert draws == [[25, 10], [25, 10]]
+
+
+def test_a_weight_a_float_would_read_as_zero_is_one_line():
+    with pytest.raises(ValueError, match=r"^--weights '1e-400' is below the smallest float"):
+        parse_weights("1e-400,1", 2)
+    assert parse_weights("0,1", 2) == (0.0, 1.0) and parse_weights("0.0e5,1", 2) == (0.0, 1.0)
