@@ -76,15 +76,36 @@ def human_size(n: float) -> str:
     return str(n)
 
 
+CLASS_LINE = 100  # characters of class names `info`'s text shows; --json lists them all
+
+
+def class_names(classes: list[str], width: int = CLASS_LINE) -> str:
+    """'cat, dog, fish', or the first names that fit in about `width` characters and how many more
+    ('n01440764, n01443537, ... and 990 more (--json lists them all)'); each name printable, capped."""
+    shown: list[str] = []
+    used = 0
+    for name in classes:
+        text = plain(name, 40) if name and name.strip() == name and "," not in name else repr(name)[:40]
+        if shown and used + len(text) > width:
+            break
+        shown.append(text)
+        used += len(text) + 2
+    rest = len(classes) - len(shown)
+    return ", ".join(shown) + (f", ... and {rest} more (--json lists them all)" if rest else "")
+
+
 def info_lines(body: dict[str, Any]) -> list[str]:
-    """`datapipe info`'s text from `describe`'s dict: format and classes, then each split's counts,
-    size, shards and the fields its records carry besides image and label (when they carry some)."""
-    lines = [f"{body['path']}: {body['format']}, {len(body['classes'])} classes"]
+    """`datapipe info`'s text from `describe`'s dict: format and classes (their names, the first ones of
+    many), then each split's counts, size, shards and the fields its records carry besides image and
+    label (when they carry some)."""
+    classes = body["classes"]
+    lines = [f"{plain(body['path'])}: {body['format']}, {counted(len(classes), 'class', 'classes')}"
+             + (f": {class_names(classes)}" if classes else "")]
     for name, s in body["splits"].items():
         extra = f", {human_size(s['bytes'])}" if "bytes" in s else ""
-        extra += f", {s['shards']} shards" if s.get("shards") else ""
+        extra += f", {counted(s['shards'], 'shard')}" if s.get("shards") else ""
         carried = f", fields: {', '.join(s['fields'])}" if s.get("fields") else ""
-        lines.append(f"  {name}: {s['samples']} samples{extra}, {len(s['skipped'])} skipped{carried}")
+        lines.append(f"  {plain(name)}: {counted(s['samples'], 'sample')}{extra}, {len(s['skipped'])} skipped{carried}")
     return lines
 
 

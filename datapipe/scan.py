@@ -94,11 +94,12 @@ def check_key(key: object, where: str) -> str:
 
 
 def walk_relpaths(folder: str | Path, unreadable: list[str] | None = None,
-                  sidecars: set[str] | None = None) -> list[tuple[str, str]]:
+                  sidecars: set[str] | None = None, dangling: dict[str, None] | None = None) -> list[tuple[str, str]]:
     """(subfolder relative to `folder`, file name) of the image files under `folder` in ImageFolder's
     order, following symlinks without looping: two strings a file, no Path objects (1.28M files).
-    Folders that cannot be listed are added to `unreadable` (their files would vanish unseen); the
-    kinds of sidecar found beside an image ("text", "meta") to `sidecars`."""
+    Folders that cannot be listed are added to `unreadable` (their files would vanish unseen), symlinks
+    to nothing named like a folder (no image or sidecar extension) to `dangling`; the kinds of sidecar
+    found beside an image ("text", "meta") to `sidecars`."""
     found: list[tuple[str, str]] = []
     seen: set[str] = set()
     folder = os.fspath(folder)
@@ -113,15 +114,22 @@ def walk_relpaths(folder: str | Path, unreadable: list[str] | None = None,
         sub = os.path.relpath(root, folder)
         sub = "" if sub == "." else sub
         found.extend((sub, f) for f in sorted(files) if is_image_name(f))
+        if dangling is not None:  # os.walk lists a link to a folder that is gone among the files
+            for f in files:
+                path = os.path.join(root, f)
+                if not f.lower().endswith((*IMAGE_EXTENSIONS, ".txt", ".json")) and os.path.islink(path) and \
+                        not os.path.exists(path):
+                    dangling[path] = None
         if sidecars is not None:
             sidecars |= sidecar_kinds(files)
     found.sort()
     return found
 
 
-def walk_images(folder: Path, unreadable: list[str] | None = None, sidecars: set[str] | None = None) -> list[Path]:
+def walk_images(folder: Path, unreadable: list[str] | None = None, sidecars: set[str] | None = None,
+                dangling: dict[str, None] | None = None) -> list[Path]:
     """Image files under `folder` in ImageFolder's order, following symlinks without looping."""
-    return [Path(folder, sub, name) for sub, name in walk_relpaths(folder, unreadable, sidecars)]
+    return [Path(folder, sub, name) for sub, name in walk_relpaths(folder, unreadable, sidecars, dangling)]
 
 
 def sidecar_kinds(names: Collection[str]) -> set[str]:
@@ -172,31 +180,55 @@ def read_sidecars(image: str, where: str, kinds: Collection[str],
 UNREADABLE_FOLDER = "folder cannot be listed (permission denied?): the images in it are not in the dataset"
 
 
+def dangling_reason(path: str) -> str:
+    """The skip reason of a symlink to nothing where a split or class folder would be."""
+    try:
+        target = f" (to {printable(os.readlink(path))})"
+    except OSError:
+        target = ""
+    return f"dangling symlink{target}: no folder there, the images it would hold are not in the dataset"
+
+
 class DiskTree:
-    """A folder on disk, as the scan sees it; `unreadable`: the folders it could not list; `sidecars`:
-    per folder walked, the kinds of sidecar found beside its images."""
+    """A folder on disk, as the scan sees it; `unreadable`: the folders it could not list; `dangling`:
+    the symlinks to nothing found where split and class folders are listed; `sidecars`: per folder
+    walked, the kinds of sidecar found beside its images."""
 
     sizes: dict[str, int] | None = None
 
     def __init__(self, root: str | Path | None = None) -> None:
         self.unreadable: list[str] = []
+        self.dangling: dict[str, None] = {}  # insertion-ordered set: a folder may be listed twice
         self.sidecars: dict[str, set[str]] = {}
         self.read_sidecar = read_optional if root is None else sidecar_reader(root)  # links inside root followed
 
     def subdirs(self, folder: Any) -> list[str]:
-        return sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
+        names = []
+        for e in os.scandir(folder):
+            if e.name.startswith("."):
+                continue
+            if e.is_dir():
+                names.append(e.name)
+            elif e.is_symlink() and not os.path.exists(e.path):  # a class folder linked to storage now gone
+                self.dangling[e.path] = None
+        return sorted(names)
 
     def images(self, folder: Any) -> list[Path]:
-        return walk_images(folder, self.unreadable, self.sidecars.setdefault(str(folder), set()))
+        return walk_images(folder, self.unreadable, self.sidecars.setdefault(str(folder), set()), self.dangling)
 
     def relpaths(self, folder: Any) -> list[tuple[str, str]]:
-        return walk_relpaths(folder, self.unreadable, self.sidecars.setdefault(str(folder), set()))
+        return walk_relpaths(folder, self.unreadable, self.sidecars.setdefault(str(folder), set()), self.dangling)
 
-    def unreadable_under(self, root: Path, split_dir: Path) -> list[dict[str, str]]:
-        """Skipped entries for the folders under `split_dir` that could not be listed."""
+    def unreadable_under(self, root: Path, split_dir: Path, *, top: bool = False) -> list[dict[str, str]]:
+        """Skipped entries for the folders under `split_dir` that could not be listed, and for the dangling
+        symlinks where folders are under it (`top`: also those beside the split folders, under `root`)."""
+        def shown(f: str) -> str:
+            return printable(Path(f).relative_to(root).as_posix())
+
         inside = [f for f in self.unreadable if Path(f).is_relative_to(split_dir)]
-        return [{"path": printable(Path(f).relative_to(root).as_posix()) + "/", "reason": UNREADABLE_FOLDER}
-                for f in inside]
+        links = [f for f in self.dangling if Path(f).is_relative_to(split_dir) or (top and Path(f).parent == root)]
+        return ([{"path": shown(f) + "/", "reason": UNREADABLE_FOLDER} for f in inside]
+                + [{"path": shown(f), "reason": dangling_reason(f)} for f in links])
 
 
 class StoreTree:
@@ -333,8 +365,8 @@ def scan_folder(root: str | Path, *, layout: str = "auto", split: str = "train")
              "reason": f"class {c!r} is not in the train split's class list"}
             for c in unknown for p in files_by_class[c]
         ]
-        if isinstance(tree, DiskTree):
-            skipped[name] += tree.unreadable_under(root, split_dirs[name])
+        if isinstance(tree, DiskTree):  # a dangling link beside the split folders: in the first split's list
+            skipped[name] += tree.unreadable_under(root, split_dirs[name], top=name == next(iter(by_split)))
         known = {c: f for c, f in files_by_class.items() if c in classes}
         splits[name] = _label_files(root, split_dirs[name], known, classes, tree, skipped[name])
     return FolderLayout(root, classes, splits, skipped)
@@ -355,7 +387,7 @@ def scan_split_compact(root: Path, split: str = "train", sidecars: set[str] | No
         for name in by_split[split]:
             if name in classes:
                 sidecars |= tree.sidecars.get(str(split_dirs[split] / name), set())
-    for entry in tree.unreadable_under(root, split_dirs[split]) if split in split_dirs else ():
+    for entry in tree.unreadable_under(root, split_dirs[split], top=True) if split in split_dirs else ():
         log.warning("%s: %s", entry["path"], entry["reason"])
 
     def files() -> Iterator[tuple[bytes, str, int]]:
