@@ -119,12 +119,13 @@ def _quoted(path: str) -> str:
 
 
 def _run_info(args: argparse.Namespace) -> int:
-    from .inspect import describe, info_lines
+    from .inspect import class_names, describe, info_lines
 
     source = source_of_args(args.path, args.weights, args.epoch_size)
-    if not isinstance(source, str):  # a mix: its table
-        print(json.dumps({"epoch_size": len(source), "classes": len(source.classes), "sources": source.table(0)},
-                         indent=2) if args.json else "\n".join(mix_lines(source)))
+    if not isinstance(source, str):  # a mix: its table, then its classes
+        classes = list(source.classes)
+        print(json.dumps({"epoch_size": len(source), "classes": classes, "sources": source.table(0)}, indent=2)
+              if args.json else "\n".join([*mix_lines(source), f"classes: {class_names(classes)}"]))
         return 0
     body = describe(source)
     print(json.dumps(body, indent=2) if args.json else "\n".join(info_lines(body)))
@@ -384,7 +385,8 @@ def _run_preview(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="datapipe", description=__doc__)
+    parser = argparse.ArgumentParser(prog="datapipe", description="Pack image datasets (LMDB, HDF5, WebDataset), "
+                                     "check and describe them, and measure, preview and train on their loaders.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_convert(sub)
