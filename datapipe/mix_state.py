@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
@@ -98,9 +99,8 @@ def agree(mix: Any, epoch: int, counts: tuple[int, ...], before: tuple[int, ...]
     for `epoch` (its counts and each source's draws before it) gathered as a digest and compared: a
     weights function that answers differently on another rank is refused in one line. Every rank
     reaches this at the epoch's first batch (its loaders are iterated together, as DDP does)."""
-    import torch.distributed as dist
-
-    if os.getpid() != mix.home or not (dist.is_available() and dist.is_initialized()):
+    dist = sys.modules.get("torch.distributed")  # not imported: no process group (and no torch import here)
+    if dist is None or os.getpid() != mix.home or not (dist.is_available() and dist.is_initialized()):
         return
     if (dist.get_rank(), dist.get_world_size()) != (rank, world):
         return  # a loader that is not this process group's rank: it does not speak for it
