@@ -99,15 +99,16 @@ class Mix:
                              "make the draws' keys overflow 64 bits: give the small source fewer draws an epoch")
         self._weights = weights
         self.opening = (None if cache_dir is None else str(cache_dir), cache_limit)
-        # per epoch: the weights function's answer (asked once) and the counts (from it, or a state's replayed)
+        # per epoch: the weights function's answer (asked once); per (epoch or None for fixed weights, draws
+        # an epoch): the counts, from the answer or a state's replayed
         self._answers: dict[int, tuple[Fraction, ...]] = {}
-        self._counts: dict[int, tuple[int, ...]] = {}
+        self._counts: dict[tuple[int | None, int], tuple[int, ...]] = {}
         self._reached: dict[Any, tuple[int, tuple[int, ...]]] = {}  # per start: the furthest draws_before computed
         self.home = os.getpid()  # the process whose loader speaks for this rank (mix_state.agree)
         if not callable(weights):  # fixed weights: checked and counted now, the same every epoch
             self._fixed = (tuple(Fraction(n) for n in self.sizes) if weights is None
                            else _checked_weights(weights, self.names, None))
-            self._fixed_counts = apportion(self._fixed, self.epoch_size)
+            self.counts(0)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """A copy sent to another process by pickling (spawn) speaks for that process; a forked one
@@ -154,38 +155,41 @@ class Mix:
             found = self._answers[epoch] = _checked_weights(self._weights(epoch), self.names, epoch)
         return found
 
-    def counts(self, epoch: int) -> tuple[int, ...]:
-        """Samples each source gives in `epoch` (they sum to len(self))."""
-        if not callable(self._weights):
-            return self._fixed_counts
-        found = self._counts.get(epoch)
+    def counts(self, epoch: int, draws: int | None = None) -> tuple[int, ...]:
+        """Samples each source gives in `epoch` (they sum to len(self)); given `draws`, the draws each
+        gives when an epoch draws that many (repeated augmentation: each draw served aug_repeats times)."""
+        key = (epoch if callable(self._weights) else None, self.epoch_size if draws is None else draws)
+        found = self._counts.get(key)
         if found is None:
-            found = self._counts[epoch] = apportion(self.weights_at(epoch), self.epoch_size)
+            found = self._counts[key] = apportion(self.weights_at(epoch), key[1])
         return found
 
     def replay(self, epoch: int, counts: tuple[int, ...]) -> None:
-        """A resumed state's counts of `epoch` (the answer its run used), kept so that the weights
-        function is not asked for it; one that differs from this process's answer is refused (the
-        function is not pure). Fixed weights are not replayed: a resume compares their counts."""
+        """A resumed state's counts of `epoch` (the answer its run used: they sum to its draws an epoch),
+        kept so that the weights function is not asked for it; one that differs from this process's
+        answer is refused (the function is not pure). Fixed weights are not replayed: a resume compares
+        their counts."""
         if not callable(self._weights):
             return
-        known = self._counts.setdefault(epoch, tuple(counts))
+        known = self._counts.setdefault((epoch, sum(counts)), tuple(counts))
         if known != tuple(counts):
             raise ValueError(f"the Mix's weights function is not pure: it answered epoch {epoch} with the counts "
                              f"{shown(list(known))} in this process, and the state resumed holds "
                              f"{shown(list(counts))}; {PURE}")
 
-    def draws_before(self, epoch: int, since: tuple[int, tuple[int, ...]] | None = None) -> tuple[int, ...]:
+    def draws_before(self, epoch: int, since: tuple[int, tuple[int, ...]] | None = None,
+                     per_epoch: int | None = None) -> tuple[int, ...]:
         """Per source, the draws of the epochs before `epoch`: from epoch 0, or from `since`
-        (epoch, draws then) that a resumed run carries (its epochs before may have had other weights).
-        Continues from the furthest epoch computed from the same start (O(1) an epoch over a run)."""
+        (epoch, draws then) that a resumed run carries (its epochs before may have had other weights),
+        each epoch drawing `per_epoch` (default epoch_size). Continues from the furthest epoch computed
+        from the same start (O(1) an epoch over a run)."""
         start, draws = since if since is not None and since[0] <= epoch else (0, (0,) * len(self.names))
-        origin = (start, tuple(draws))
+        origin = (start, tuple(draws), per_epoch)
         reached = self._reached.get(origin)
         if reached is not None and start <= reached[0] <= epoch:
             start, draws = reached
         for e in range(start, epoch):
-            draws = tuple(d + c for d, c in zip(draws, self.counts(e)))
+            draws = tuple(d + c for d, c in zip(draws, self.counts(e, per_epoch)))
         if len(self._reached) > 16:
             self._reached.clear()
         self._reached[origin] = (epoch, tuple(draws))

@@ -4,6 +4,9 @@ positions, each position's record computed from (seed, epoch, position) by datap
 A position's key is its record's index in the concatenation of the sources (mix_dataset), plus the
 total record count times the draw's cycle within this epoch when a source repeats a record in one
 epoch (so the copies' augmentations differ; sharding.record_of takes the key back to the record).
+Under repeated augmentation (aug_repeats r, timm's RepeatAugSampler) an epoch draws ceil(len(mix) / r)
+times, by the weights, and serves each draw r times in a row (the ranks' interleaving sends the copies
+to different ranks), copy k's key offset by k times the total record count.
 
 The draws of the epochs before count (a source continues where it stopped): they are computed from
 the mix's weights, or carried by a resumed state (`since`), so a run resumed with other weights at
@@ -13,6 +16,7 @@ sent with the position to DALI's workers, which never ask the weights function t
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +47,7 @@ class MixState:
     # per epoch, the (counts, draws before) the main process sent with the position (a DALI worker's copy)
     carried: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
     agreed: set[tuple] = field(default_factory=set)  # answers the ranks compared
+    repeats: int = 1  # repeated augmentation: each draw served this many times (the order's)
 
     def __post_init__(self) -> None:
         count = len(self.mix.names)
@@ -54,8 +59,17 @@ class MixState:
         return ["records" if sizes is None else f"shards/{block}" for sizes, block in
                 zip(self.shard_sizes, self.mix_shards)]
 
+    @property
+    def per_epoch(self) -> int:
+        """Draws an epoch: its samples, or under repeated augmentation, their share of distinct draws."""
+        return math.ceil(self.mix.epoch_size / self.repeats)
+
     def draws_before(self, epoch: int) -> tuple[int, ...]:
-        return self.mix.draws_before(epoch, self.since)
+        return self.mix.draws_before(epoch, self.since, self.per_epoch)
+
+    def counts(self, epoch: int) -> tuple[int, ...]:
+        """Each source's draws in `epoch` (its samples, times the repeats)."""
+        return self.mix.counts(epoch, self.per_epoch)
 
     def answers(self, epoch: int, shard: Shard | None = None) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(counts, draws before) of `epoch`: those the main process sent (a DALI worker), else this
@@ -63,7 +77,7 @@ class MixState:
         loader's place among the ranks."""
         found = self.carried.get(epoch)
         if found is None:
-            found = (self.mix.counts(epoch), self.draws_before(epoch))
+            found = (self.counts(epoch), self.draws_before(epoch))
             if shard is not None and self.mix.curriculum and (epoch, *found) not in self.agreed:
                 agree(self.mix, epoch, *found, shard.rank, shard.world_size)
                 self.agreed.add((epoch, *found))
@@ -76,6 +90,7 @@ class MixKeys:
     def __init__(self, state: MixState, *, seed: int, epoch: int, shuffle: bool, shard: Shard | None = None) -> None:
         mix = state.mix
         self.counts, self.before = state.answers(epoch, shard)
+        self.repeats = state.repeats
         self.key = derive_key(seed, epoch) if shuffle else None
         self.starts, self.total = mix.starts, int(mix.starts[-1])
         self.streams = [SourceStream(n, seed=seed, name=name, shuffle=shuffle) if shards is None else
@@ -89,14 +104,15 @@ class MixKeys:
 
     def __call__(self, positions: np.ndarray) -> np.ndarray:
         positions = np.asarray(positions, dtype=np.int64)
-        source, draw = self.draws(positions.reshape(-1))
+        number, copy = np.divmod(positions.reshape(-1), self.repeats)  # the epoch's draw, which copy of it
+        source, draw = self.draws(number)
         keys = np.empty(draw.shape, np.int64)
         for s in np.unique(source):
             where = source == s
             stream = self.streams[s]
             record, cycle = stream.records(draw[where])
             first = self.before[s] // stream.size  # the cycle this epoch starts in
-            keys[where] = self.starts[s] + record + (cycle - first) * self.total
+            keys[where] = self.starts[s] + record + ((cycle - first) * self.repeats + copy[where]) * self.total
         return keys.reshape(positions.shape)
 
 
@@ -106,13 +122,16 @@ class MixOrder(EpochOrder):
 
     state: MixState = field(default=None, compare=False)  # type: ignore[assignment]
 
-    keys_are_records = False  # a key may carry a cycle (Loader._repeat_keys reads the keys)
+    keys_are_records = False  # a key may carry a cycle or a copy (Loader._repeat_keys reads the keys)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.repeats != 1:
-            raise ValueError(f"aug_repeats={self.repeats} (repeated augmentation) is not available over a Mix: "
-                             "give aug_repeats=1 (a source's weight already sets how often its records come)")
+        self.state.repeats = self.repeats
+        mix = self.state.mix
+        if (self.state.per_epoch // min(mix.sizes) + 2) * self.repeats * int(mix.starts[-1]) >= 2**63:
+            raise ValueError(f"aug_repeats={self.repeats} over epoch_size {mix.epoch_size:,} and a source of "
+                             f"{min(mix.sizes):,} records would make the draws' keys overflow 64 bits: give the small "
+                             "source fewer draws an epoch")
 
     def _batch_at(self, epoch: int, offset: int) -> RankBatch:
         keys = MixKeys(self.state, seed=self.seed, epoch=epoch, shuffle=self.shuffle, shard=self.shard)
@@ -144,15 +163,17 @@ class MixOrder(EpochOrder):
         (weights that round to the same counts serve the same samples), the draws' version, how each
         source is read."""
         mix = self.state.mix
-        counts = {"counts": list(mix.counts(epoch))} if counted else {}
-        return {**mix.fingerprint, **counts, "order": MIX_ORDER, "streams": self.state.streams}
+        counts = {"counts": list(self.state.counts(epoch))} if counted else {}
+        return {**mix.fingerprint, **counts, "order": MIX_ORDER, "streams": self.state.streams,
+                "repeats": self.repeats}
 
     def save(self, offset: int, epoch: int = 0) -> dict[str, Any]:
         """The position with the mix's block: what a mid-epoch position depends on (at an epoch's start
         only the names, classes and epoch size: the weights of an epoch not begun are not asked for, a
         curriculum may end with the run), and each source's draws before this epoch."""
         mix = self.state.mix
-        mine = self._mine(epoch) if offset else {**mix.fingerprint, "streams": self.state.streams}
+        mine = self._mine(epoch) if offset else {**mix.fingerprint, "streams": self.state.streams,
+                                                 "repeats": self.repeats}
         return {**super().save(offset, epoch), "mix": {
             **mine, "classes": list(mix.classes), "draws_before": dict(zip(mix.names, self.state.draws_before(epoch))),
             "weights_read": WEIGHTS_READ}}
@@ -167,13 +188,13 @@ class MixOrder(EpochOrder):
         if done > 0:
             refuse_other_mix(saved, self._mine(epoch, counted=False))
             mix.replay(epoch, tuple(saved["counts"]))
-            refuse_other_mix(saved, {"counts": list(mix.counts(epoch))}, old="weights_read" not in saved)
+            refuse_other_mix(saved, {"counts": list(self.state.counts(epoch))}, old="weights_read" not in saved)
         carried = saved["draws_before"]
         self.state.since = (epoch, tuple(int(carried.get(name, 0)) for name in mix.names))
-        if max(self.state.since[1]) > MAX_DRAWS - mix.epoch_size:
+        if max(self.state.since[1]) > MAX_DRAWS - self.state.per_epoch:
             raise ValueError(f"cannot resume: the state's mix['draws_before'] {shown(carried)} and this mix's "
-                             f"epoch_size {mix.epoch_size} would take the draws past 2^62; resume from the state_dict() the "
-                             "loader saved, unedited")
+                             f"epoch_size {mix.epoch_size} would take the draws past 2^62; resume from the state_dict() "
+                             "the loader saved, unedited")
         state = {k: v for k, v in state.items() if k != "mix"}
         return super().restore(state)
 
@@ -204,7 +225,8 @@ def refuse_other_mix(saved: dict[str, Any], mine: dict[str, Any], *, old: bool =
     before float weights were read as their decimals, whose counts may differ by that alone."""
     labels = {"names": "sources", "sources": "source records (a source re-converted or replaced)",
               "epoch_size": "epoch_size", "counts": "per-source counts (weights)", "order": "mix draws' version",
-              "streams": "ways of reading the sources (sampling, mix_shards)"}
+              "streams": "ways of reading the sources (sampling, mix_shards)",
+              "repeats": "aug_repeats (repeated augmentation)"}
     for key, label in labels.items():
         if key in mine and _differs(saved[key], mine[key]):
             why = OLD_WEIGHTS if old and key == "counts" else ""

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
+from .augment.recipe import MAX_AUG_REPEATS
 from .checks import integer, shown
 
 MAX_EPOCH = 2**31 - 1
@@ -51,7 +52,8 @@ def _int(block: Mapping, key: str, low: int, high: int, where: str) -> int:
 
 def check_block(state: Any) -> dict[str, Any]:
     """The `mix` block of a loader state, every key of the right type and range (one line otherwise).
-    Always: names, sources, epoch_size, classes, streams, draws_before; mid-epoch also counts and order."""
+    Always: names, sources, epoch_size, classes, streams, draws_before; mid-epoch also counts and order;
+    repeats where saved (1 in a state from before repeated augmentation over a mix)."""
     if not isinstance(state, Mapping):
         raise ValueError(f"cannot resume: a loader state is the dict its state_dict() returned, got "
                          f"{type(state).__name__}")
@@ -70,16 +72,18 @@ def check_block(state: Any) -> dict[str, Any]:
     if odd is not None:
         _bad("mix['streams']", f"holds {shown(odd)}, not 'records' or 'shards/N'")
     _draws(block, names)
+    repeats = _int(block, "repeats", 1, MAX_AUG_REPEATS, "mix") if "repeats" in block else 1  # none before aug_repeats
     done = _int(state, "samples_done", 0, size, "")
     if done > 0 or "counts" in block:
-        counts = _list(block, "counts", int, len(names))
-        if any(c < 0 for c in counts) or sum(counts) != size:
-            _bad("mix['counts']", f"must be counts >= 0 that sum to mix['epoch_size'] {size}, got {shown(counts)}")
+        counts, draws = _list(block, "counts", int, len(names)), -(-size // repeats)
+        if any(c < 0 for c in counts) or sum(counts) != draws:
+            _bad("mix['counts']", f"must be counts >= 0 that sum to the epoch's draws {draws} (mix['epoch_size'] over "
+                                  f"mix['repeats']), got {shown(counts)}")
     if done > 0 or "order" in block:
         if not isinstance(block.get("order"), str):
             _bad("mix['order']", "is missing" if "order" not in block else
                  f"must be a str, got {shown(block['order'])}")
-    return dict(block)
+    return {**block, "repeats": repeats}
 
 
 def _draws(block: Mapping, names: list[str]) -> None:

@@ -105,3 +105,14 @@ def test_a_weight_a_float_would_read_as_zero_is_one_line():
     with pytest.raises(ValueError, match=r"^--weights '1e-400' is below the smallest float"):
         parse_weights("1e-400,1", 2)
     assert parse_weights("0,1", 2) == (0.0, 1.0) and parse_weights("0.0e5,1", 2) == (0.0, 1.0)
+
+
+@pytest.mark.parametrize("recipe", ["deit", "tv-v2"])
+def test_train_over_a_mix_with_a_recipe_that_repeats_each_record(packed_lmdb, packed_wds, tmp_path, recipe):
+    """deit (aug_repeats=3) and tv-v2 (4) over a mix: was refused ("aug_repeats=3 ... is not available
+    over a Mix")."""
+    out = tmp_path / recipe
+    assert main(["train", f"a={packed_lmdb}", f"b={packed_wds}", "--weights", "0.7,0.3", "--epoch-size", "24",
+                 "--recipe", recipe, "--model", "resnet18", "--epochs", "1", "--batch-size", "4", "--image-size", "32",
+                 "--workers", "0", "--backend", "threads", "--max-steps", "2", "--out", str(out)]) == 0
+    assert (out / "last.pt").is_file()
