@@ -60,20 +60,73 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+# The most bytes --image-size-schedule reads: a size for each of 100,000 epochs is ~0.6 MB; past it a
+# link to /dev/zero or a 1 GB file would be read whole (a schedule names its changes only).
+SCHEDULE_MAX_BYTES = 4 << 20
+SCHEDULE_EXAMPLE = '{"0": 160, "10": 192}'
+SCHEDULE_FORM = f"{SCHEDULE_EXAMPLE} (epoch: size from then on) or a list of sizes, one an epoch"
+
+
 def size_schedule_file(args: argparse.Namespace) -> object:
-    """--image-size-schedule FILE's JSON ({epoch: size} or a list of sizes), checked by TrainConfig."""
-    import json
+    """--image-size-schedule FILE's JSON ({epoch: size} or a list of sizes), checked as TrainConfig checks it.
+    A regular file only (dataset_files.open_regular: a FIFO never blocks, a device is never read), of at
+    most SCHEDULE_MAX_BYTES; each refusal one line naming the file and the fix."""
+    import os
+
+    from .augment.resolution import run_sizes
+    from .dataset_files import BadDatasetFile, open_regular
 
     if hasattr(args, "image_size"):
         raise ValueError("--image-size and --image-size-schedule both give the train sizes: keep one")
     path = args.image_size_schedule
+    where = f"--image-size-schedule {path if path.isprintable() else repr(path)}"
     try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError) as exc:  # a missing file, not JSON, not UTF-8
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise ValueError(f"--image-size-schedule {path}: cannot read it as JSON ({why}); give a file holding "
-                         '{"0": 160, "10": 192} (epoch: size) or a list of sizes, one an epoch') from None
+        fd = open_regular(path, what="size schedule", fix="write the schedule to a file and give its path")
+        with os.fdopen(fd, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            raw = fh.read(SCHEDULE_MAX_BYTES + 1) if size <= SCHEDULE_MAX_BYTES else b""
+    except BadDatasetFile as exc:
+        raise ValueError(f"{where} {exc.reason}") from None
+    except OSError as exc:  # a missing file, permission denied
+        raise ValueError(f"{where}: cannot read it as JSON ({exc.strerror or exc}); give a file holding "
+                         f"{SCHEDULE_FORM}") from None
+    if max(size, len(raw)) > SCHEDULE_MAX_BYTES:
+        raise ValueError(f"{where} is {max(size, len(raw)):,} bytes, over the {SCHEDULE_MAX_BYTES:,} bytes a size "
+                         f"schedule may hold: give the sizes where they change, {SCHEDULE_EXAMPLE}")
+    value = schedule_json(raw, where)
+    try:
+        run_sizes(value, 1)  # the schedule's own faults, named with the file (TrainConfig checks it again)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    return value
+
+
+def schedule_json(raw: bytes, where: str) -> object:
+    """The JSON value of a size schedule file's bytes: UTF-8 (a BOM allowed), one key once, not null."""
+    import json
+
+    try:
+        value = json.loads(raw.decode("utf-8-sig"), object_pairs_hook=_unique_keys)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{where} is not UTF-8 text (byte {exc.start}); write it as UTF-8: {SCHEDULE_FORM}") from None
+    except RecursionError:  # "[[[[..." past the interpreter's limit: json raises this, not a ValueError
+        raise ValueError(f"{where} nests JSON too deep to read (past {sys.getrecursionlimit()} levels); a schedule "
+                         f"is flat: {SCHEDULE_FORM}") from None
+    except ValueError as exc:  # not JSON, a key given twice, a number past int's 4,300 digits
+        raise ValueError(f"{where}: cannot read it as JSON ({exc}); give a file holding {SCHEDULE_FORM}") from None
+    if value is None:
+        raise ValueError(f"{where} holds null, not a schedule; give a file holding {SCHEDULE_FORM}")
+    return value
+
+
+def _unique_keys(pairs: list) -> dict:
+    """A JSON object's pairs as a dict, refusing a key given twice (json keeps the last one silently)."""
+    found: dict = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"the key {key[:40]!r} is given twice: keep one")
+        found[key] = value
+    return found
 
 
 def after_preemption(stop, args: argparse.Namespace, environ) -> str:
