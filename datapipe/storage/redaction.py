@@ -1,15 +1,17 @@
 """`redact`: the one function that makes a text fit to leave the process (a message, a log line, an
 exception, a JSON report, a progress bar, a manifest).
 
-It removes what grants access: the user:password of any URL in the text, the values of the query
-parameters presigned URLs carry (X-Amz-Signature, X-Amz-Credential, X-Amz-Security-Token, sig,
-token, ...), a dump of the whole environment (a library's repr of os.environ), and every credential
-value found in the environment (a variable named like one: AWS_SECRET_ACCESS_KEY, HF_TOKEN,
-WANDB_API_KEY, PGPASSWORD, ...) or handed to a store (`remember`). Every place that formats a URL or
-wraps a store's error goes through it; `mask_library_output` puts it on what libraries log or warn.
+It removes what grants access: the user:password of any URL or address (user:password@host) in the
+text, the values of the query parameters presigned URLs carry (X-Amz-Signature, X-Amz-Credential,
+X-Amz-Security-Token, sig, token, ...), a dump of the whole environment (a library's repr of
+os.environ), and every credential value found in the environment (a variable named like one:
+AWS_SECRET_ACCESS_KEY, HF_TOKEN, WANDB_API_KEY, PGPASSWORD, ...; the password of a URL one holds) or
+handed to a store (`remember`). Every place that formats a URL or wraps a store's error goes through
+it; `mask_library_output` puts it on what libraries log or warn.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -20,6 +22,7 @@ MASK = "***"
 ENVIRONMENT_DUMP = "{<the environment, not shown>}"  # what stands for a repr of os.environ
 MIN_SECRET = 6  # shorter values are masked in URLs and parameters only: "no" must not vanish from every text
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/?#'\"]*@")  # up to the last @ of the host part
+_BARE_USERINFO = re.compile(r"(?<![\w.%+/:@-])[\w.%+-]+:[^\s/?#@:'\"]+@(?=[\w\[])")  # user:password@host, no scheme
 _SECRET_PARAM = re.compile(
     r"(?i)(?<![a-z0-9_-])((?:x-amz-|x-goog-)?(?:signature|credential|security-token)|sig|[a-z0-9_-]*token"
     r"|[a-z0-9_]*secret[a-z0-9_]*|[a-z0-9_]*password|access_?key|account_?key|api_?key|client_secret)"
@@ -31,9 +34,11 @@ _SECRET_WORD = re.compile(r"(?:SECRETS?|TOKENS?|KEY|APIKEY|PASSWD|PWD|PASS|PASSP
 _NOT_SECRET_WORD = frozenset({"ID", "NAME", "FILE", "PATH", "DIR", "SOCK", "URL", "USER", "USERNAME", "HOST", "PORT",
                               "REGION", "TYPE", "MODE"})
 _NOT_SECRET = frozenset({"PWD", "OLDPWD", "GOOGLE_APPLICATION_CREDENTIALS"})  # folders and file paths, not secrets
+_URL_PASSWORD = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s/?#@:]*:([^\s/?#@]+)@")  # DATABASE_URL's password
 _remembered: set[str] = set()
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_variable(name: str) -> bool:
     """Whether an environment variable of this name holds a credential (HF_TOKEN yes, AWS_ACCESS_KEY_ID no)."""
     words = name.upper().split("_")
@@ -42,8 +47,13 @@ def is_secret_variable(name: str) -> bool:
 
 
 def secret_values(environ: Mapping[str, str]) -> set[str]:
-    """The credential values among these variables (by name: is_secret_variable)."""
-    return {value for name, value in environ.items() if value and is_secret_variable(name)}
+    """The credential values among these variables (by name: is_secret_variable), and the password of
+    any URL one holds (DATABASE_URL=postgres://app:PASSWORD@db/app: masked wherever it is shown)."""
+    found = {value for name, value in environ.items() if value and is_secret_variable(name)}
+    for value in environ.values():
+        if "://" in value:
+            found.update(password for password in _URL_PASSWORD.findall(value))
+    return found
 
 
 def remember(values: Iterable[str]) -> None:
@@ -55,12 +65,12 @@ def remember(values: Iterable[str]) -> None:
 def redact(text: object) -> str:
     """`text` as a string without an environment dump, userinfo, presigned-URL parameters or known
     credential values (as they are, and as a repr writes them: a PEM key's newlines escaped)."""
-    text = str(text)
-    if os.environ:
-        text = text.replace(repr(dict(os.environ)), ENVIRONMENT_DUMP)
-    text = _URL_USERINFO.sub(r"\1", text)
+    text, environ = str(text), dict(os.environ)
+    if environ:
+        text = text.replace(repr(environ), ENVIRONMENT_DUMP)
+    text = _BARE_USERINFO.sub("", _URL_USERINFO.sub(r"\1", text))
     text = _SECRET_PARAM.sub(lambda m: f"{m[1]}{m[2]}{MASK}", text)
-    for value in sorted(_remembered | secret_values(os.environ), key=len, reverse=True):
+    for value in sorted(_remembered | secret_values(environ), key=len, reverse=True):
         if len(value) >= MIN_SECRET:
             text = text.replace(value, MASK).replace(repr(value)[1:-1], MASK)
     return text

@@ -18,7 +18,8 @@ from datapipe.storage.redaction import ENVIRONMENT_DUMP, RedactingFilter, mask_l
 
 # credentials by name (redact masks them anywhere), and one under a name that says nothing (only the
 # absence of any dump of the environment keeps it in)
-FAKE = {"HF_TOKEN": "hf_FAKE_CANARY_123", "WANDB_API_KEY": "wandb-FAKE-CANARY-456", "GITHUB_TOKEN": "ghp_FAKE_CANARY_789",
+FAKE = {"HF_TOKEN": "hf_FAKE_CANARY_123", "WANDB_API_KEY": "wandb-FAKE-CANARY-456",
+        "GITHUB_TOKEN": "ghp_FAKE_CANARY_789",
         "DB_PASSWORD": "dbpass_FAKE_CANARY_000", "PGPASSWORD": "pg_FAKE_CANARY_222",
         "MY_SERVICE_CONN": "conn_FAKE_CANARY_111"}
 LIMIT_S = 300
@@ -31,14 +32,14 @@ def needs(module: str):
     return pytest.mark.skipif(importlib.util.find_spec(module) is None, reason=f"needs {module}")
 
 
-def run_cli(*args, home=None) -> str:
+def run_cli(*args, home=None, codes=(0,)) -> str:
     """`datapipe ARGS` in a child with the fake secrets in its environment: its stdout and stderr."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | FAKE
     if home is not None:
         env["HOME"] = str(home)  # Ray's auth token goes under ~/.ray (tests/conftest.py ray_home)
     done = subprocess.run([sys.executable, "-m", "datapipe", *map(str, args)], capture_output=True, text=True,
                           env=env, timeout=LIMIT_S)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode in codes, done.stderr[-3000:]
     return done.stdout + done.stderr
 
 
@@ -56,13 +57,17 @@ def test_preview_of_a_recipe_on_dali_prints_no_secret(packed_wds, tmp_path):
 
 @needs("nvidia.dali")
 def test_train_on_dali_with_a_recipe_prints_no_secret(packed_wds, tmp_path):
-    assert_clean(run_cli("train", packed_wds, "--backend", "dali", "--recipe", "deit", *TRAIN, "--out", tmp_path / "run"))
+    assert_clean(run_cli("train", packed_wds, "--backend", "dali", "--recipe", "deit", *TRAIN,
+                         "--out", tmp_path / "run"))
 
 
 @pytest.mark.full  # make test-full and CI: the same graph as train's, built by bench (~7 s)
 @needs("nvidia.dali")
 def test_bench_of_dali_with_a_recipe_prints_no_secret(packed_wds):
-    assert_clean(run_cli("bench", packed_wds, "--backends", "dali", "--recipe", "deit", *BENCH))
+    # 2: a run this short may be refused as too short to measure, after its pipeline row ran
+    text = run_cli("bench", packed_wds, "--backends", "dali", "--recipe", "deit", *BENCH, codes=(0, 2))
+    assert "pipeline dali" in text
+    assert_clean(text)
 
 
 @pytest.mark.gpu
@@ -79,7 +84,7 @@ def test_doctor_gpu_builds_every_op_kind_and_prints_no_secret(packed_wds):
     ("convert", "{folder}", "{tmp}/ray.wds", "--engine", "ray")], ids=["train", "bench", "convert"])
 def test_commands_on_a_local_ray_print_no_secret(command, packed_wds, imagefolder, ray_home, tmp_path):
     args = [a.format(data=packed_wds, folder=imagefolder, tmp=tmp_path) for a in command]
-    assert_clean(run_cli(*args, home=ray_home))
+    assert_clean(run_cli(*args, home=ray_home, codes=(0, 2) if command[0] == "bench" else (0,)))
 
 
 @pytest.fixture
@@ -135,6 +140,20 @@ def test_a_variable_named_like_a_credential_is_masked(name, monkeypatch):
 def test_a_variable_that_names_no_credential_stays(name, monkeypatch):
     monkeypatch.setenv(name, "/tmp/plainly-visible")
     assert redact("at /tmp/plainly-visible") == "at /tmp/plainly-visible"
+
+
+def test_the_password_of_a_url_in_the_environment_is_masked(monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", "postgres://app:db-pass-1234@db.internal:5432/app")
+    assert redact("ray://admin:db-pass-1234@head:10001 (the same password)") == "ray://head:10001 (the same password)"
+    assert redact("a store said: db-pass-1234 is wrong") == "a store said: *** is wrong"
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("the name admin:pw-1234@127.0.0.1 does not resolve", "the name 127.0.0.1 does not resolve"),
+    ("at admin:pw-1234@[::1]:6379", "at [::1]:6379"), ("ray://admin:pw-1234@head:10001", "ray://head:10001"),
+    ("bob@example.com, git@github.com:org/repo.git, x:y @z", "bob@example.com, git@github.com:org/repo.git, x:y @z")])
+def test_an_address_with_a_password_is_shown_without_it(text, shown):
+    assert redact(text) == shown
 
 
 def test_a_credential_with_newlines_is_masked_as_a_repr_writes_it(monkeypatch):
