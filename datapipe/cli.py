@@ -166,7 +166,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seconds", type=float, default=10.0, help="timed seconds per repeat at most (default 10)")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats; the median is reported (default 3)")
     p.add_argument("--warmup", type=int, default=2, help="untimed batches before each repeat (default 2)")
-    p.add_argument("--workers", type=int, help="loader workers (default: all cores)")
+    p.add_argument("--workers", type=int, help="loader workers (default: this rank's share of the cores, as the "
+                   "loaders' num_workers=None)")
     p.add_argument("--simulate-step", type=float, default=0.0, metavar="MS",
                    help="a fake training step of MS milliseconds per batch; reports data_wait_pct")
     p.add_argument("--split", default="train")
@@ -218,6 +219,7 @@ def _run_bench(args: argparse.Namespace) -> int:
 
     from .bench import BenchOptions, run_bench
     from .bench.report import document, plot, table, write_json
+    from .bench.sanity import no_figure, short_data_lines
     from .bench.verdicts import verdict_table, verdicts
     from .doctor import machine_info
 
@@ -241,6 +243,8 @@ def _run_bench(args: argparse.Namespace) -> int:
     found = verdicts(rows)
     machine = machine_info()
     print(table(rows))
+    for line in short_data_lines(rows):
+        print(line)
     print()
     print(verdict_table(found))
     if args.json:
@@ -251,6 +255,8 @@ def _run_bench(args: argparse.Namespace) -> int:
         plot(Path(args.plot), rows, f"datapipe bench: {machine['cores']} cores, {gpu}, "
                                     f"{args.image_size}px, batch {args.batch_size}", found)
         print(f"wrote {args.plot}")
+    if reason := no_figure(rows):
+        raise ValueError(reason)
     return 0
 
 

@@ -9,10 +9,13 @@ from tqdm import tqdm
 
 from ..errors import ExpectedError, first_line
 from ..formats import open_dataset
+from ..resources import available_cpus
 from ..storage import redact
 from .pool import ray_session
+from .sanity import beyond_decode
 from .settle import settle
-from .suites import SUITES, BenchOptions, Case, Row, Timing
+from .suites import SUITES, BenchOptions, Case, Row
+from .window import NoBatchLeft, Timing
 
 log = logging.getLogger(__name__)
 
@@ -23,14 +26,17 @@ def run_bench(sources: list[str | Path], options: BenchOptions = BenchOptions(),
     """Run the suites on every source; rows come back in a stable order (source, then suite).
     `progress`: one bar over every timed run, naming the one running. The `loader` suite (num_workers,
     prefetch_factor) is not in the default list: 4 more loader rows per source. `verdicts.verdicts(rows)`
-    reads the rows. With backend "ray" the bench runs on one Ray (bench/pool.py)."""
+    reads the rows. With backend "ray" the bench runs on one Ray (bench/pool.py). A row that measured no
+    throughput (too short a window, faster than the cores decode: sanity.py) says so in its note instead."""
     unknown = set(suites) - set(SUITES)
     if unknown:
         raise ValueError(f"unknown suites {sorted(unknown)}; choose from {sorted(SUITES)}")
     device = torch.device(options.device) if options.device else (
         torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
     with ray_session("ray" in options.backends and "pipeline" in suites):
-        return _run_cases(sources, options, suites, device, progress)
+        rows = _run_cases(sources, options, suites, device, progress)
+    beyond_decode(rows, available_cpus(), device.type == "cuda")
+    return rows
 
 
 def _run_cases(sources: list[str | Path], options: BenchOptions, suites: tuple[str, ...], device: torch.device,
@@ -56,6 +62,9 @@ def _run_cases(sources: list[str | Path], options: BenchOptions, suites: tuple[s
                     results[id(case)].append(case.run(repeat))
                 except ExpectedError:  # a worker killed (the OOM killer), too many bad records: the run's end
                     raise
+                except NoBatchLeft:  # the warm-up took the whole epoch: the row is too short (sanity.py)
+                    results[id(case)].append(Timing(0.0, 0.0, 0.0, None, 0, True))
+                    case.run = None
                 except Exception as exc:  # e.g. DALI's plain pipeline stops at a corrupt file: that row only
                     case.run, case.note = None, f"failed: {first_line(exc)}"
                     log.warning("bench: %s %s %s %s", Path(case.data).name, case.suite, case.backend, case.note)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..storage.redaction import redact_json
+from .sanity import LOADER_SUITES
 from .suites import Row
 from .verdicts import RULE, Verdict
 
@@ -17,33 +18,45 @@ def baseline_of(rows: list[Row], row: Row) -> Row | None:
     return next((r for r in rows if r.data == row.data and r.backend == "naive-imagefolder" and r.images_per_s), None)
 
 
+def x_naive(rows: list[Row], row: Row) -> float | None:
+    """A loader row's images/s over the naive loader's on the same data (None: no such pair of figures;
+    a read or decode row is not a loader: records/s over images/s of a loader would mean nothing)."""
+    base = baseline_of(rows, row)
+    return row.images_per_s / base.images_per_s if base and row.images_per_s and row.suite in LOADER_SUITES else None
+
+
+def _cell(value: float | None, width: int, digits: int, scale: float = 1.0) -> str:
+    return f"{value / scale:{width}.{digits}f}" if value is not None else " " * width
+
+
 def table(rows: list[Row]) -> str:
     """One line per row. KB/img: the bytes MB/s counts per image (a record read; for backend="ray" the
-    host batch received, so MB/s is the network rate the pool needs); cpu ms/img: this process's CPU."""
+    host batch received, so MB/s is the network rate the pool needs). CPU per image: `trainer` is this
+    process's, `pool` the loader's workers' wherever they run (meter.py). A row without a figure prints
+    "-" and says why (skipped, failed, too short)."""
     head = (f"{'data':22} {'format':7} {'suite':9} {'backend':18} {'img/s':>8} {'MB/s':>8} {'x naive':>8} {'wait%':>6} "
-            f"{'KB/img':>7} {'cpu ms/img':>10}")
+            f"{'KB/img':>7} {'trainer cpu ms/img':>18} {'pool cpu ms/img':>15}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        base = baseline_of(rows, r)
-        ratio = f"{r.images_per_s / base.images_per_s:8.2f}" if base and r.suite in ("pipeline", "baseline", "loader") else " " * 8
-        mb = f"{r.mb_per_s:8.1f}" if r.mb_per_s is not None else " " * 8
-        wait = f"{r.data_wait_pct:6.1f}" if r.data_wait_pct is not None else " " * 6
-        rate = f"{r.images_per_s:8.0f}" if not r.note else "skipped"
-        kb = f"{r.bytes_per_image / 1e3:7.1f}" if r.bytes_per_image else " " * 7
-        cpu = f"{r.trainer_cpu_ms_per_image:10.2f}" if r.trainer_cpu_ms_per_image is not None else " " * 10
-        lines.append(f"{Path(r.data).name[:22]:22} {r.format[:7]:7} {r.suite:9} {r.backend[:18]:18} {rate:>8} {mb} "
-                     f"{ratio} {wait} {kb} {cpu}" + (f"  {r.note}" if r.note else ""))
+        ratio = x_naive(rows, r)
+        rate = f"{r.images_per_s:8.0f}" if r.images_per_s else "-"
+        cells = [_cell(r.mb_per_s, 8, 1), _cell(ratio, 8, 2), _cell(r.data_wait_pct, 6, 1),
+                 _cell(r.bytes_per_image or None, 7, 1, 1e3), _cell(r.trainer_cpu_ms_per_image, 18, 2),
+                 _cell(r.pool_cpu_ms_per_image, 15, 2)]
+        line = f"{Path(r.data).name[:22]:22} {r.format[:7]:7} {r.suite:9} {r.backend[:18]:18} {rate:>8} "
+        lines.append((line + " ".join(cells) + (f"  {r.note}" if r.note else "")).rstrip())
     return "\n".join(lines)
 
 
 def document(rows: list[Row], machine: dict[str, Any], options: dict[str, Any],
              found: Sequence[Verdict] = ()) -> dict[str, Any]:
-    """The JSON body: machine, options, one result per row, and the verdicts (`row` indexes results)."""
+    """The JSON body: machine, options, one result per row, and the verdicts (`row` indexes results).
+    A row without a figure has images_per_s null and its note says why."""
     results = []
     for r in rows:
-        base = baseline_of(rows, r)
-        body = asdict(r)
-        body["x_naive"] = round(r.images_per_s / base.images_per_s, 3) if base and r.images_per_s else None
+        body, ratio = asdict(r), x_naive(rows, r)
+        body["x_naive"] = round(ratio, 3) if ratio is not None else None
+        body["images_per_s"] = r.images_per_s or None
         results.append(body)
     verdicts = [asdict(v) | {"ratio": round(v.ratio, 3), "low": round(v.low, 3), "high": round(v.high, 3)}
                 for v in found]
@@ -78,7 +91,7 @@ def figure(rows: list[Row], title: str, found: Sequence[Verdict] = ()):
         said = [v for v in found if v.row == i]
         for k, v in enumerate(said):  # one line per verdict, stacked within the bar's height
             at = (rows[i].images_per_s, y + (k - (len(said) - 1) / 2) * 0.36)
-            ax.annotate(f"{v.word} {v.ratio:.2f}x vs {v.reference}", at, xytext=(30, 0), textcoords="offset points",
+            ax.annotate(f"{v.said} {v.ratio:.2f}x vs {v.reference}", at, xytext=(30, 0), textcoords="offset points",
                         va="center", fontsize=8 if len(said) == 1 else 7, color=WORD_COLORS[v.word])
     ax.set_xlim(0, max([rows[i].images_per_s for i in shown], default=1) * 1.6)  # room for the verdicts
     ax.invert_yaxis()

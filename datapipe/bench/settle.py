@@ -10,38 +10,16 @@ backends left none. Waiting cost 1.4 s in a 35 s `--seconds 2 --repeats 3` run o
 """
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-
-def _children(pid: int) -> list[int]:
-    kids = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            kids += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:  # a thread that ended while we looked
-            continue
-    return kids
+from .meter import processes_cpu
 
 
 def tree_cpu_seconds() -> float | None:
     """CPU seconds used by this process and its live descendants (Linux /proc); None where unknown."""
-    try:
-        tick = os.sysconf("SC_CLK_TCK")
-        total, pending = time.process_time(), _children(os.getpid())
-        while pending:
-            pid = pending.pop()
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-                pending += _children(pid)
-            except (OSError, IndexError, ValueError):  # a child that exited while we looked
-                continue
-        return total
-    except (OSError, ValueError, AttributeError):
-        return None
+    descendants = processes_cpu()
+    return None if descendants is None else time.process_time() + sum(descendants.values())
 
 
 def settle(*, limit_s: float = 5.0, window_s: float = 0.05, busy_cores: float = 0.2,

@@ -1,9 +1,8 @@
 """Benchmark suites: each measures one stage on one dataset and returns Rows.
 
-Timing rule for every suite: warm-up batches first (worker start, pipeline build and first-touch
-IO are not steady state), then the clock runs until `seconds` pass or the epoch ends, less the
-epoch's last DRAIN_BATCHES batches; CUDA is synchronized after every batch; the figure is the median
-over `repeats` runs.
+Every suite times its runs with window.timed (warm-up, then the clock until `seconds` pass or the epoch
+ends, less the drain); the figure is the median over `repeats` runs, and a row whose windows were too
+short to measure a throughput says so instead (sanity.py).
 
 Each Case also names the knob settings it stands for (`knobs`, e.g. {"backend": "threads"}) and which
 of them are datapipe's defaults on this machine (advice.py): verdicts.py compares rows by those.
@@ -12,15 +11,15 @@ from __future__ import annotations
 
 import logging
 import statistics
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..backends import make_loader
+from ..backends.threads import THREAD_PREFIX
 from ..decode import decode_rgb
 from ..errors import first_line
 from ..formats.base import Dataset
@@ -28,22 +27,16 @@ from ..formats.folder import FolderDataset
 from ..transforms import plan_and_decode, region_decoder_available, set_region_decoding
 from .advice import DEFAULT_PREFETCH_FACTOR, default_backend, default_decode, default_memory, default_workers
 from .baselines import naive_loader, plain_dali_loader
-from .meter import per_image_ms, process_cpu_s
+from .meter import WorkerProcesses, decode_threads
 from .pool import PoolRuns, ray_installed
+from .sanity import LOADER_SUITES, MIN_BATCHES_PER_WORKER, too_short
+from .window import DRAIN_BATCHES, NoBatchLeft, Timing, timed
 
 log = logging.getLogger(__name__)
 
 
 BACKENDS = ("threads", "dataloader", "prefetch", "dali", "ray")
-LOADER_SUITES = ("baseline", "pipeline", "loader")  # the rows that report the trainer's CPU per image
-
-
-class Timing(NamedTuple):
-    """One timed run: images/s, % of the time waiting for a batch, this process's CPU ms per image."""
-
-    images_per_s: float
-    wait_pct: float
-    cpu_ms_per_image: float
+__all__ = ["BenchOptions", "Case", "Row", "SUITES", "Timing", "timed", "DRAIN_BATCHES", "NoBatchLeft"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +59,7 @@ class BenchOptions:
     recipe: str | None = None  # a preset name (datapipe.augment): the loader suites serve that recipe
     pool_workers: tuple[int, ...] = ()  # backend="ray": one pipeline row per pool size (empty: `workers`'s)
     pool_resources: tuple[tuple[str, float], ...] = ()  # backend="ray": each actor's Ray resources, e.g. datapipe=1
+    min_batches: int = MIN_BATCHES_PER_WORKER  # a loader row's window needs this many batches per worker (sanity.py)
 
     def __post_init__(self) -> None:
         if self.recipe is not None:
@@ -77,8 +71,10 @@ class BenchOptions:
             raise ValueError(f"unknown backends {sorted(unknown)}; choose from {', '.join(BACKENDS)}")
         if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in self.pool_workers):
             raise ValueError(f"pool_workers must be pool sizes >= 1, e.g. (1, 2); got {self.pool_workers!r}")
-        if self.repeats < 1 or self.seconds <= 0 or self.batch_size < 1 or self.warmup < 0:
-            raise ValueError("repeats and batch_size must be >= 1, seconds > 0, warmup >= 0")
+        if self.repeats < 1 or self.seconds <= 0 or self.batch_size < 1 or self.warmup < 0 or self.min_batches < 1:
+            raise ValueError("repeats, batch_size and min_batches must be >= 1, seconds > 0, warmup >= 0; got "
+                             f"repeats={self.repeats}, batch_size={self.batch_size}, min_batches={self.min_batches}, "
+                             f"seconds={self.seconds}, warmup={self.warmup}")
         if self.simulate_step_ms < 0:
             raise ValueError(f"simulate_step_ms must be >= 0, got {self.simulate_step_ms}")
 
@@ -99,12 +95,16 @@ class Row:
     knobs: dict[str, str] = field(default_factory=dict)
     defaults: list[str] = field(default_factory=list)
     trainer_cpu_ms_per_image: float | None = None  # this process's CPU (meter.py), loader rows only
+    pool_cpu_ms_per_image: float | None = None  # the loader's workers' CPU (meter.py), where it can be read
     bytes_per_image: float | None = None  # what mb_per_s counts: a record read, a host batch received (ray)
+    batches_per_worker: float | None = None  # in the shortest window (loader rows; sanity.py)
+    needs_records: int | None = None  # a too-short row: the records an epoch needs for a throughput
 
 
 @dataclass
 class Case:
-    """One thing to time: `run(repeat)` makes one timed run and returns its Timing."""
+    """One thing to time: `run(repeat)` makes one timed run and returns its Timing. `workers`: the
+    loader's workers, whose look-ahead its window must outlast (0: a suite without look-ahead)."""
 
     data: str
     format: str
@@ -115,88 +115,28 @@ class Case:
     note: str = ""
     knobs: dict[str, str] = field(default_factory=dict)  # knob -> the setting this case measures (verdicts.py)
     defaults: list[str] = field(default_factory=list)  # knobs whose setting here is datapipe's default (advice.py)
+    workers: int = 0
 
     def row(self, results: list[Timing], opts: "BenchOptions") -> Row:
-        labels = dict(note=self.note, knobs=self.knobs, defaults=self.defaults)
-        if self.run is None:
-            return Row(self.data, self.format, self.suite, self.backend, 0.0, **labels)
-        rates = [t[0] for t in results]
-        rate = statistics.median(rates)
-        wait = statistics.median(t[1] for t in results) if opts.simulate_step_ms and self.suite != "h2d" else None
+        """The median figures, or a row that says why it has none (skipped, failed, too short)."""
+        labels = dict(knobs=self.knobs, defaults=self.defaults)
+        head = (self.data, self.format, self.suite, self.backend)
+        counted = [t.batches for t in results if t.batches is not None]
+        per_worker = min(counted) / max(1, self.workers) if counted and self.workers else None
+        short = too_short(results, self.workers, opts) if not self.note else None
+        if self.note or short or not results:
+            note, needs = short or (self.note, None)
+            return Row(*head, 0.0, note=note, **labels, batches_per_worker=per_worker, needs_records=needs)
+        rate = statistics.median(t.images_per_s for t in results)
+        wait = statistics.median(t.wait_pct for t in results) if opts.simulate_step_ms and self.suite != "h2d" else None
         mb = rate * self.bytes_per_image / 1e6 if self.bytes_per_image else None
-        cpu = statistics.median(t[2] for t in results) if self.suite in LOADER_SUITES else None
-        return Row(self.data, self.format, self.suite, self.backend, rate, mb, wait, [round(r, 1) for r in rates],
-                   **labels, trainer_cpu_ms_per_image=cpu, bytes_per_image=self.bytes_per_image)
-
-
-def _cuda_sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _fake_step(ms: float, device: torch.device) -> None:
-    """Stand in for a training step of `ms` milliseconds (GPU busy on CUDA, the host waits)."""
-    if ms <= 0:
-        return
-    if device.type == "cuda":
-        torch.cuda._sleep(int(ms * 1e-3 * torch.cuda.get_device_properties(device).clock_rate * 1e3))
-        torch.cuda.current_stream(device).synchronize()
-    else:
-        time.sleep(ms / 1000)
-
-
-# Batches left out at the end of an epoch: a loader that works ahead (DALI's prefetch queue: 2
-# batches; the prefetch backend: one batch's copy and normalize) has its last batches ready before
-# they are asked for and hands them out without work while it drains, which inflates its rate on a
-# short epoch (tests/test_bench.py shows the mechanism). Ending the window before the drain makes
-# the look-ahead cancel out: the loader is as far ahead at the window's end as at its start.
-DRAIN_BATCHES = 2
-
-
-def timed(make_batches: Callable[[int], Iterable[Any]], count: Callable[[Any], int], opts: BenchOptions,
-          device: torch.device, step: bool = True, clock: Callable[[], float] = time.perf_counter,
-          cpu: Callable[[], float] = process_cpu_s) -> Callable[[int], Timing]:
-    """A run function: warm-up batches, then batches until `seconds` pass or the epoch ends; in
-    the second case the window ends DRAIN_BATCHES batches before the end of the epoch. `clock`
-    and `cpu` (this process's CPU seconds) are injectable so the window logic is tested without
-    timing anything. The batches' iterator is closed at the end (a generator's `finally` runs)."""
-
-    def run(repeat: int) -> Timing:
-        batches = iter(make_batches(repeat))
-        try:
-            return window(batches)
-        finally:
-            getattr(batches, "close", lambda: None)()
-
-    def window(batches: Iterator[Any]) -> Timing:
-        for _ in range(opts.warmup):
-            next(batches, None)
-        _cuda_sync(device)
-        started, cpu0 = clock(), cpu()
-        images, waited = 0, 0.0
-        marks = [(0.0, 0, 0.0, 0.0)]  # (seconds, images, seconds waited, CPU seconds) after each batch
-        ended = False
-        while marks[-1][0] < opts.seconds:
-            asked = clock()
-            batch = next(batches, None)
-            waited += clock() - asked
-            if batch is None:
-                ended = True
-                break
-            images += count(batch)
-            if step:
-                _fake_step(opts.simulate_step_ms, device)
-            _cuda_sync(device)
-            marks.append((clock() - started, images, waited, cpu() - cpu0))
-        if ended and len(marks) > DRAIN_BATCHES + 1:
-            marks = marks[:-DRAIN_BATCHES]
-        elapsed, images, waited, cpu_s = marks[-1]
-        if images == 0:
-            raise ValueError(f"no batch left after {opts.warmup} warm-up batches: use a larger dataset, "
-                             "a smaller --batch-size or --warmup 0")
-        return Timing(images / elapsed, 100 * waited / elapsed, per_image_ms(cpu_s, images))
-
-    return run
+        loader = self.suite in LOADER_SUITES
+        cpu = statistics.median(t.cpu_ms_per_image for t in results) if loader else None
+        pools = [t.pool_cpu_ms_per_image for t in results]
+        pool = statistics.median(pools) if loader and None not in pools else None
+        return Row(*head, rate, mb, wait, [round(t.images_per_s, 1) for t in results], **labels,
+                   trainer_cpu_ms_per_image=cpu, pool_cpu_ms_per_image=pool, bytes_per_image=self.bytes_per_image,
+                   batches_per_worker=per_worker)
 
 
 def suite_read(name: str, ds: Dataset, opts: BenchOptions, device: torch.device) -> list[Case]:
@@ -267,12 +207,17 @@ def _loader_case(name: str, ds: Dataset, opts: BenchOptions, device: torch.devic
                              max_bad_fraction=1.0, **settings)  # speed is measured here, not data health
     except ImportError as exc:
         return Case(name, ds.format, suite, label, None, note=f"skipped: {exc}")
+    processes = WorkerProcesses()
+    pool = {"threads": decode_threads(THREAD_PREFIX), "dataloader": processes, "prefetch": processes}.get(backend)
+    pool = pool if settings["num_workers"] else None  # no workers: the trainer decodes, its figure is the pool's
 
     def batches(repeat: int):
+        processes.mark()
         loader.set_epoch(repeat)
         return loader
 
-    return Case(name, ds.format, suite, label, timed(batches, lambda b: len(b.images), opts, device))
+    run = timed(batches, lambda b: len(b.images), opts, device, pool=pool)
+    return Case(name, ds.format, suite, label, run, workers=settings["num_workers"])
 
 
 def suite_pipeline(name: str, ds: Dataset, opts: BenchOptions, device: torch.device) -> list[Case]:
@@ -309,12 +254,14 @@ def _pool_cases(name: str, ds: Dataset, opts: BenchOptions, device: torch.device
     cases = []
     for size in opts.pool_workers or (workers,):
         runs = PoolRuns(ds, size, settings)
-        case = Case(name, ds.format, "pipeline", f"ray p={size}", None, knobs={"pool_workers": str(size)})
-        if size == workers:
-            case.knobs["backend"] = "ray"
+        case = Case(name, ds.format, "pipeline", f"ray p={size}", None, knobs={"pool_workers": str(size)},
+                    workers=size)
+        if size == workers:  # pool_workers=None's pool: num_workers actors
+            case.knobs["backend"], case.defaults = "ray", ["pool_workers"]
+        timing = timed(runs, lambda b: len(b.images), opts, device, pool=runs.cpu_meter)
 
         def run(repeat: int, case: Case = case, runs: PoolRuns = runs,
-                timing: Callable[[int], Timing] = timed(runs, lambda b: len(b.images), opts, device)) -> Timing:
+                timing: Callable[[int], Timing] = timing) -> Timing:
             result = timing(repeat)
             case.bytes_per_image = runs.bytes_per_image
             return result
@@ -346,13 +293,16 @@ def suite_baseline(name: str, ds: Dataset, opts: BenchOptions, device: torch.dev
     """The naive ImageFolder-style DataLoader (and, on an image folder, DALI's plain CPU pipeline)."""
     workers = opts.workers if opts.workers is not None else default_workers(device)  # as every loader row
     loader = naive_loader(ds, batch_size=opts.batch_size, size=opts.image_size, workers=workers)
+    processes = WorkerProcesses()
 
     def naive_batches(_: int):
+        processes.mark()
         for images, labels in loader:
             yield images.to(device, non_blocking=True), labels
 
-    naive = timed(naive_batches, lambda b: len(b[0]), opts, device)
-    cases = [Case(name, ds.format, "baseline", "naive-imagefolder", naive, knobs={"loader": "naive-imagefolder"})]
+    naive = timed(naive_batches, lambda b: len(b[0]), opts, device, pool=processes)
+    cases = [Case(name, ds.format, "baseline", "naive-imagefolder", naive, knobs={"loader": "naive-imagefolder"},
+                  workers=workers)]
     if isinstance(ds, FolderDataset) and "dali" in opts.backends:
         try:
             records = range(len(ds))
@@ -364,7 +314,8 @@ def suite_baseline(name: str, ds: Dataset, opts: BenchOptions, device: torch.dev
             return cases + [Case(name, ds.format, "baseline", "plain-dali-cpu", None,
                                  note=f"failed: DALI's plain pipeline cannot read this folder: {first_line(exc)}")]
         run = timed(lambda _: (out[0] for out in dali), lambda b: len(b["images"]), opts, device)
-        cases.append(Case(name, ds.format, "baseline", "plain-dali-cpu", run, knobs={"loader": "plain-dali-cpu"}))
+        cases.append(Case(name, ds.format, "baseline", "plain-dali-cpu", run, knobs={"loader": "plain-dali-cpu"},
+                          workers=workers))
     return cases
 
 

@@ -8,13 +8,15 @@ folder). Repeats run round-robin, so repeat i of both rows ran in the same round
 median of the per-repeat ratios setting/reference, and the spread is their range (min-max).
 
 The noise rule: *helps* when every per-repeat ratio is above 1.0 and the median is at least
-MIN_EFFECT above it; *hurts* the mirror image; otherwise *no effect* (the range crosses 1.0, or the
-effect is under MIN_EFFECT, smaller than run-to-run drift on a shared machine lets 3 repeats
-resolve). With one repeat there is no spread to judge: *unsure*.
+MIN_EFFECT above it; *hurts* the mirror image; *no effect* when every ratio lies within MIN_EFFECT of
+1.0 (smaller than run-to-run drift on a shared machine lets 3 repeats resolve); otherwise *unsure*,
+with the reason: one repeat (no spread to judge), or a spread too wide (the ratios straddle 1.0 or
+stray further than MIN_EFFECT from it without an effect every repeat agrees on).
 
 The recommended setting: the fastest setting that helps; where none does, datapipe's default
-(advice.py) if it is among the settings that do not hurt, else the reference. So bench departs from
-the advice `datapipe doctor` prints only on a measured effect.
+(advice.py) if it is among the settings that do not hurt, else the reference. An unsure line
+recommends no change: its advice reads "keep the default, X", never the faster-looking setting. So
+bench departs from the advice `datapipe doctor` prints only on a measured effect.
 """
 from __future__ import annotations
 
@@ -26,8 +28,9 @@ from .suites import Row
 
 MIN_EFFECT = 0.03
 WORDS = ("helps", "no effect", "hurts", "unsure")
-RULE = (f"effect = median of the per-repeat ratios setting/reference (their range); no effect = the range "
-        f"crosses 1.0 or the effect is under {MIN_EFFECT:.0%}; unsure = one repeat")
+RULE = (f"effect = median of the per-repeat ratios setting/reference (their range); helps/hurts = every ratio "
+        f"above/below 1.0 and the median {MIN_EFFECT:.0%} or more away; no effect = every ratio within "
+        f"{MIN_EFFECT:.0%} of 1.0; unsure = one repeat, or a spread too wide: keep the default")
 
 
 @dataclass(frozen=True)
@@ -70,13 +73,20 @@ class Verdict:
     high: float
     word: str
     repeats: int
-    recommend: str
+    recommend: str  # the setting to use for this knob (the same on every line of one comparison group)
     row: int  # index of the setting's row in the rows judged (and in the JSON's results)
     reference_row: int
+    advice: str = ""  # `recommend` in words: "use X" (measured), "keep the default, X", "keep X (the reference)"
+    why: str = ""  # an unsure verdict's reason: "one repeat" or "spread too wide"
 
     @property
     def effect(self) -> str:
         return f"{self.ratio:.2f}x ({self.low:.2f}-{self.high:.2f})"
+
+    @property
+    def said(self) -> str:
+        """The word as printed: "unsure (spread too wide)", "helps", ..."""
+        return f"{self.word} ({self.why})" if self.why else self.word
 
 
 def judge(setting_runs: list[float], reference_runs: list[float]) -> tuple[float, float, float, str]:
@@ -91,8 +101,10 @@ def judge(setting_runs: list[float], reference_runs: list[float]) -> tuple[float
         word = "helps"
     elif high < 1 and ratio <= 1 - MIN_EFFECT:
         word = "hurts"
-    else:
+    elif 1 - MIN_EFFECT <= low and high <= 1 + MIN_EFFECT:
         word = "no effect"
+    else:
+        word = "unsure"
     return ratio, low, high, word
 
 
@@ -117,14 +129,24 @@ def _compare(rows: list[Row], group: list[int], spec: Spec) -> list[Verdict]:
     setting = {i: rows[i].knobs[spec.knob] for i in group}
     judged = {i: judge(rows[i].runs, rows[ref].runs) for i in group if i != ref}
     helps = [i for i in judged if judged[i][3] == "helps"]
+    default = next((i for i in group if spec.knob in rows[i].defaults), None)
     if helps:
         chosen = max(helps, key=lambda i: judged[i][0])
+        advice = f"use {setting[chosen]}"
     else:
         tied = [ref] + [i for i in judged if judged[i][3] != "hurts"]
-        chosen = next((i for i in tied if spec.knob in rows[i].defaults), ref)
-    return [Verdict(rows[i].suite, spec.knob, Path(rows[i].data).name, setting[i], setting[ref], *judged[i],
-                    repeats=min(len(rows[i].runs), len(rows[ref].runs)),
-                    recommend=setting[chosen], row=i, reference_row=ref) for i in judged]
+        chosen = default if default in tied else ref
+        advice = (f"keep the default, {setting[chosen]}" if chosen == default else
+                  f"use {setting[chosen]} (the default, {setting[default]}, hurts)" if default is not None else
+                  f"keep {setting[chosen]} (the reference)")
+    found = []
+    for i in judged:
+        repeats = min(len(rows[i].runs), len(rows[ref].runs))
+        why = "" if judged[i][3] != "unsure" else "one repeat" if repeats < 2 else "spread too wide"
+        found.append(Verdict(rows[i].suite, spec.knob, Path(rows[i].data).name, setting[i], setting[ref], *judged[i],
+                             repeats=repeats, recommend=setting[chosen], row=i, reference_row=ref, advice=advice,
+                             why=why))
+    return found
 
 
 def verdicts(rows: list[Row]) -> list[Verdict]:
@@ -136,11 +158,11 @@ def verdict_table(found: list[Verdict]) -> str:
     """The terminal table: one line per comparison, the rule underneath."""
     versus = [f"{v.setting} vs {v.reference}" for v in found]
     width = max([len(t) for t in versus] + [20])
-    head = (f"{'suite':9} {'knob':16} {'data':18} {'setting vs reference':{width}} {'effect':19} {'verdict':10} "
+    head = (f"{'suite':9} {'knob':16} {'data':18} {'setting vs reference':{width}} {'effect':19} {'verdict':24} "
             "recommend")
     lines = ["verdicts", head, "-" * len(head)]
     for v, text in zip(found, versus):
-        lines.append(f"{v.suite:9} {v.knob:16} {v.data[:18]:18} {text:{width}} {v.effect:19} {v.word:10} {v.recommend}")
+        lines.append(f"{v.suite:9} {v.knob:16} {v.data[:18]:18} {text:{width}} {v.effect:19} {v.said:24} {v.advice}")
     if not found:
         lines.append("(no two rows measured the same knob: run more suites, backends or datasets)")
     lines.append(RULE)
