@@ -10,6 +10,7 @@ dataset (stored in class order), the records are shuffled by --seed before shard
 """
 from __future__ import annotations
 
+import array
 import hashlib
 import shlex
 import time
@@ -90,10 +91,28 @@ def plan_repack(src: str | Path, dst: Path, options: ConvertOptions, manifest: M
     if options.split is not None:
         manifest.split(options.split)  # SplitNotFound lists the splits there are
     splits = tuple(s for s in manifest.splits if options.split in (None, s))
+    _check_counts(src, manifest)
     if options.shard_bytes is None:
         options = replace(options, shard_bytes=auto_shard_bytes(sum(manifest.splits[s].bytes for s in splits)))
     shuffle = spec.sharded and not FORMATS[manifest.format].sharded
     return Plan(src, manifest, spec, splits, shuffle, options.seed), options
+
+
+MIN_RECORD_BYTES = 64  # no stored record is smaller (the smallest image files are ~70 bytes, before metadata)
+
+
+def _check_counts(src: str | Path, manifest: Manifest) -> None:
+    """The manifest's record counts fit in the files that hold them: a crafted count (10^12 records) is
+    refused here, before anything is sized from it (the shuffle's permutation, 8 bytes a record)."""
+    if is_url(src):  # a .wds in a store: its reader checks the count against the shard table's at open
+        return
+    path = Path(src)
+    files = [path] if path.is_file() else [p for p in path.iterdir() if p.is_file()]
+    size = sum(p.stat().st_size for p in files)
+    claimed = sum(info.samples for info in manifest.splits.values())
+    if claimed * MIN_RECORD_BYTES > size:
+        raise ConvertError(f"{redact(str(src))}: its manifest counts {claimed} records, more than its {size} bytes "
+                           "of files can hold; the dataset is damaged or was crafted")
 
 
 def repack(src: str | Path, dst: Path, options: ConvertOptions, manifest: Manifest) -> ConvertReport:
@@ -158,11 +177,11 @@ def _copy(plan: Plan, writer: Writer, progress: Progress, staging: Path, options
     with bar:
         for split in plan.splits:
             info, ds, order = progress.splits[split], open_dataset(plan.src, split), plan.order(split)
-            keys = KeyCheck(plan, split, len(ds))
+            keys = KeyCheck(plan, split)
             keys.add_written(ds, order, info.samples)
             for position in range(info.samples, len(ds)):
                 record = checked_record(plan, ds, position if order is None else int(order[position]))
-                keys.add(position, record.key)
+                keys.add(record.key)
                 writer.write(split, info.samples, record)
                 info.add(record)
                 progress.done += 1
@@ -195,30 +214,32 @@ def checked_record(plan: Plan, ds: Dataset, index: int) -> Record:
     check_key(record.key, where)
     for name, text in (("path", record.path), ("caption", record.fields.text), ("metadata", record.fields.meta)):
         if text is not None and not (isinstance(text, str) and text.encode("utf-8", "replace").decode() == text):
-            raise ConvertError(f"{where}: its {name} is not UTF-8 text; the dataset is damaged or was crafted")
+            raise ConvertError(f"{where}: its {name} is not text (a string that encodes as UTF-8); the dataset is "
+                               "damaged or was crafted")
     return record
 
 
 class KeyCheck:
     """The keys of one split's records are unique (.wds readers group a sample's files by key): a
-    64-bit hash of each, held in an array (8 bytes a record), checked when the split is copied."""
+    64-bit hash of each record read, 8 bytes a record, checked when the split is copied."""
 
-    def __init__(self, plan: Plan, split: str, size: int) -> None:
+    def __init__(self, plan: Plan, split: str) -> None:
         self.plan, self.split = plan, split
-        self.hashes = np.zeros(size, dtype=np.uint64)
+        self.hashes = array.array("Q")
 
-    def add(self, position: int, key: str) -> None:
-        self.hashes[position] = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
+    def add(self, key: str) -> None:
+        self.hashes.append(int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little"))
 
     def add_written(self, ds: Dataset, order: np.ndarray | None, count: int) -> None:
         """The keys of the `count` records an interrupted run copied (read again: resumes are rare)."""
         for position in range(count):
-            self.add(position, ds.record(position if order is None else int(order[position])).key)
+            self.add(ds.record(position if order is None else int(order[position])).key)
 
     def check(self) -> None:
-        values, counts = np.unique(self.hashes, return_counts=True)
-        if len(values) == len(self.hashes):
+        hashes = np.frombuffer(self.hashes, dtype=np.uint64)
+        values = np.unique(hashes)
+        if len(values) == len(hashes):
             return
-        twice = len(self.hashes) - len(values)
+        twice = len(hashes) - len(values)
         raise ConvertError(f"{self.plan.shown}: split {self.split!r} repeats the key of {twice} record(s) (keys are "
                            "unique in a dataset); the dataset is damaged or was crafted")

@@ -39,12 +39,20 @@ class Progress:
 
     @classmethod
     def load(cls, staging: Path) -> "Progress | None":
+        """The progress file of `staging`; None when there is none. A damaged one is a one-line ValueError."""
         file = staging / PROGRESS_NAME
         if not file.is_file():
             return None
-        body = json.loads(file.read_text(encoding="utf-8"))
-        body["splits"] = {name: SplitInfo(**info) for name, info in body["splits"].items()}
-        return cls(**body)
+        try:
+            body = json.loads(file.read_text(encoding="utf-8"))
+            body["splits"] = {name: SplitInfo(**info) for name, info in body["splits"].items()}
+            progress = cls(**body)
+            if not isinstance(progress.done, int) or progress.done < 0 or not isinstance(progress.writer, dict):
+                raise TypeError("a count or the writer's state is malformed")
+            return progress
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise ValueError(f"{file} is damaged ({type(exc).__name__}: {exc}); --overwrite starts the conversion "
+                             "over") from None
 
 
 class SourceLog:

@@ -65,7 +65,10 @@ def run_doctor(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(as_json(checks), indent=2, default=str))
         return 0
+    from .inspect import plain
+
     marks = {"ok": "  ok ", "warn": "WARN ", "info": "info "}
-    for c in checks:
-        print(f"{marks[c.status]} {c.name:24} {c.value}" + (f"\n       -> {c.hint}" if c.hint else ""))
+    for c in checks:  # a value may quote a path or a cluster's reply: no control character reaches the terminal
+        print(f"{marks[c.status]} {c.name:24} {plain(c.value, 900)}" + (f"\n       -> {plain(c.hint, 900)}"
+                                                                       if c.hint else ""))
     return 0

@@ -93,3 +93,12 @@ def test_what_doctor_says_of_a_small_read_a_url_a_pattern_and_shards(packed_wds,
     assert "read_speed" not in remote and "disk_free" not in remote
     pattern = {c.name: c for c in diagnose(str(tmp_path / "shards-{000000..000009}.tar"), {})}["data"]
     assert "the folder that holds the files" in pattern.hint
+
+
+def test_doctor_prints_no_control_character_of_a_path(tmp_path):
+    data = tmp_path / "d\x1b[2J\x07"
+    data.mkdir()
+    done = subprocess.run([sys.executable, "-m", "datapipe", "doctor", str(data)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and "\x1b" not in done.stdout and "\x07" not in done.stdout
+    assert "d\\x1b[2J\\x07" in done.stdout

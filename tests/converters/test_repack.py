@@ -134,20 +134,46 @@ def test_a_damaged_record_stops_the_repack_naming_it(packed_lmdb, tmp_path):
     assert not dst.exists()
 
 
-def test_a_crafted_key_is_refused(tmp_path):
-    src = tmp_path / "crafted.lmdb"
+def crafted(src: Path, keys: list[str], *, samples: int | None = None) -> Path:
+    """An LMDB dataset written by its own writer, one record a key, each checksum right (what a hostile
+    author can make); `samples`: the count its manifest claims."""
     staging = staging_path(src)
     writer = LmdbWriter(staging, size_hint=1 << 20, shard_bytes=0)
     info = SplitInfo()
     data = b"\xff\xd8\xff" + b"x" * 100
-    key = "../../evil.jpg"
-    record = Record(key, data, 0, "evil.jpg", record_digest(key, 0, data))
-    writer.write("train", 0, record)
-    info.add(record)
+    for i, key in enumerate(keys):
+        record = Record(key, data, 0, "evil.jpg", record_digest(key, 0, data))
+        writer.write("train", i, record)
+        info.add(record)
+    info.samples = info.samples if samples is None else samples
     writer.close(Manifest("lmdb", ["a"], {"train": info}))
     staging.rename(src)
-    with pytest.raises(ValueError, match=r"key '\.\./\.\./evil\.jpg' is not a record key"):
+    return src
+
+
+@pytest.mark.parametrize("keys, match", [(["../../evil.jpg"], r"key '\.\./\.\./evil\.jpg' is not a record key"),
+                                         (["k.jpg\0"], r"key 'k\.jpg\\x00' is not a record key"),
+                                         (["same", "other", "same"], r"repeats the key of 1 record\(s\)")])
+def test_a_crafted_key_is_refused(tmp_path, keys, match):
+    with pytest.raises(ValueError, match=match):
+        convert(crafted(tmp_path / "crafted.lmdb", keys), tmp_path / "out.wds", OPTIONS)
+    assert not (tmp_path / "out.wds").exists()
+
+
+def test_a_crafted_count_is_refused_before_anything_is_sized_from_it(tmp_path):
+    """A manifest counting 10^12 records sized the shuffle's permutation (8 TB) before any was read."""
+    src = crafted(tmp_path / "crafted.lmdb", ["k"], samples=10**12)
+    with pytest.raises(ConvertError, match=r"counts 1000000000000 records, more than its \d+ bytes of files can hold"):
         convert(src, tmp_path / "out.wds", OPTIONS)
+
+
+def test_a_damaged_progress_file_is_one_line(packed_lmdb, tmp_path):
+    dst = tmp_path / "out.wds"
+    staging_path(dst).mkdir()
+    (staging_path(dst) / "progress.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"progress\.json is damaged \(KeyError: 'splits'\); --overwrite starts"):
+        convert(packed_lmdb, dst, ConvertOptions(progress=False, resume=True))
+    convert(packed_lmdb, dst, ConvertOptions(progress=False, overwrite=True))
 
 
 @pytest.mark.parametrize("option, flag", [(dict(resize_max=64), "--resize-max"), (dict(labels="x.csv"), "--labels"),
