@@ -198,20 +198,27 @@ def _pool_size(text: str) -> int | str:
 
 
 def _join_ray_address() -> None:
-    """Connect to RAY_ADDRESS's cluster where it is set (the product reads no environment: the CLI does)."""
+    """Join RAY_ADDRESS's cluster where it is set (the product reads no environment: the CLI does), probed
+    first: where none answers, one line within ray_setup.JOIN_TIMEOUT_S."""
     import os
 
     if os.environ.get("RAY_ADDRESS"):
-        from .ray_setup import import_ray
-        import_ray().init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+        from .ray_setup import import_ray, join
+        join(import_ray(), os.environ["RAY_ADDRESS"])
 
 
 def _resources(text: str) -> tuple[tuple[str, float], ...]:
-    """'datapipe=1' -> (('datapipe', 1.0),)."""
+    """'datapipe=1' -> (('datapipe', 1.0),), within Ray's limits on an amount (pool_sizing.resource_pairs)."""
+    from .pool_sizing import resource_pairs
+
     try:
-        return tuple((name.strip(), float(amount)) for name, amount in (x.split("=") for x in text.split(",") if x))
+        pairs = tuple((name.strip(), float(amount)) for name, amount in (x.split("=") for x in text.split(",") if x))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a list of Ray resources; write e.g. datapipe=1") from None
+    try:
+        return resource_pairs(pairs, "--pool-resources")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _run_bench(args: argparse.Namespace) -> int:

@@ -6,35 +6,28 @@ that is absent or unreachable is one line."""
 from __future__ import annotations
 
 import importlib.metadata
-import logging
-import socket
 import sys
 from dataclasses import dataclass
 from typing import Any
 
 from .doctor import Check
-from .errors import first_line
 from .pool_sizing import DEIT_CPU_S_PER_IMAGE, GPU_IMAGES_PER_S, JPEG_BYTES, pool_cores, wire, wire_lines
 from .pool_sizing import capacity
+from .ray_setup import RayUnreachable, join
 
-PROBE_S = 3.0  # a head that does not accept a connection by then is unreachable (ray.init would wait minutes)
 POOL_RESOURCE = "datapipe"
 HIDDEN = ("memory", "object_store_memory", "node:", "accelerator_type:")  # Ray's own entries, not the user's
 
 
 @dataclass(frozen=True)
 class SizingOptions:
-    """The figures the sizing lines use; images_per_s None: 3,000 per GPU of the cluster (at least one)."""
+    """The figures the sizing lines use; images_per_s None: 3,000 per GPU of the cluster (none: no sizing)."""
 
     images_per_s: float | None = None
     image_size: int = 224
     jpeg_bytes: int = JPEG_BYTES
     link_gbit: float = 100.0
     cpu_s_per_image: float = DEIT_CPU_S_PER_IMAGE
-
-
-class Unreachable(Exception):
-    """No running Ray cluster answers at the address (one line)."""
 
 
 def ray_version() -> str | None:
@@ -44,48 +37,17 @@ def ray_version() -> str | None:
         return None
 
 
-def resolve(address: str) -> str:
-    """host:port of `address` ('auto': the cluster `ray start` recorded on this machine); Unreachable if none."""
-    if address != "auto":
-        return address
-    try:  # Ray's own reading of 'auto' (a private function: where it is gone, ray.init reads it unprobed)
-        from ray._private.services import canonicalize_bootstrap_address_or_die
-    except ImportError:
-        return address
-    try:
-        return canonicalize_bootstrap_address_or_die("auto")
-    except (ConnectionError, ValueError) as exc:
-        raise Unreachable(f"no running Ray cluster found on this machine ({first_line(exc)})") from None
-
-
-def probe(address: str, timeout_s: float = PROBE_S) -> None:
-    """A TCP connection to the head's port, so an unreachable head costs seconds, not ray.init's minutes."""
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
-    except ValueError:
-        raise Unreachable(f"{address!r} is not a Ray address: give HOST:PORT, e.g. head:6379") from None
-    except OSError as exc:
-        raise Unreachable(f"nothing answers at {address} ({exc.strerror or type(exc).__name__}): is `ray start "
-                          "--head` running there?") from None
-
-
 def connect(address: str | None) -> tuple[Any, bool]:
     """(ray, whether this call connected): the Ray this process is connected to, else the cluster at
-    `address`. Never starts a Ray."""
+    `address`, joined as every path does (ray_setup.join: probed, one line within JOIN_TIMEOUT_S).
+    Never starts a Ray."""
     import ray
 
     if ray.is_initialized():
         return ray, False
     if address is None:
-        raise Unreachable("not connected to a Ray cluster: give --ray [HOST:PORT] or set RAY_ADDRESS")
-    target = resolve(address)
-    if target != "auto":
-        probe(target)
-    try:
-        ray.init(address=target, logging_level=logging.WARNING, log_to_driver=False)
-    except Exception as exc:  # ConnectionError, a version mismatch, an auth token refused
-        raise Unreachable(f"could not connect to the Ray cluster at {target}: {first_line(exc)}") from None
+        raise RayUnreachable("not connected to a Ray cluster: give --ray [HOST:PORT] or set RAY_ADDRESS")
+    join(ray, address)
     return ray, True
 
 
@@ -114,15 +76,25 @@ def cluster_checks(nodes: list[dict[str, Any]], sizing: SizingOptions = SizingOp
             f"no node offers the {POOL_RESOURCE!r} resource: pool actors go wherever a CPU is free, GPU nodes "
             f"included; start CPU-only nodes with `ray start --address=HEAD:6379 --num-gpus=0 --resources="
             f"'{{\"{POOL_RESOURCE}\": N}}'` and give pool_resources={{'{POOL_RESOURCE}': 1}} (docs/clusters.md)")
-    gpus = int(total["GPU"])
-    rate = sizing.images_per_s or GPU_IMAGES_PER_S * max(gpus, 1)
-    why = "given" if sizing.images_per_s else f"{max(gpus, 1)} GPU(s) x {GPU_IMAGES_PER_S:,} img/s, DeiT on an H100"
+    return checks + sizing_checks(int(total["GPU"]), room, sizing)
+
+
+def sizing_checks(gpus: int, room: int, sizing: SizingOptions) -> list[Check]:
+    """The pool's cores and network at the image rate given, else at 3,000 img/s a GPU of the cluster;
+    a cluster without GPUs and no rate given: one line asking for the rate (none is made up)."""
+    if sizing.images_per_s is None and gpus == 0:
+        return [Check("pool_cores", f"no GPUs in the cluster to size the pool for; the {POOL_RESOURCE} nodes hold "
+                                    f"{room:g} pool actors", "info",
+                      f"give --images-per-s, the rate the trainer consumes (~{GPU_IMAGES_PER_S:,} img/s an H100 on "
+                      "DeiT), for the pool's cores and network")]
+    rate = sizing.images_per_s or GPU_IMAGES_PER_S * gpus
+    why = "given" if sizing.images_per_s else f"{gpus} GPU(s) x {GPU_IMAGES_PER_S:,} img/s, DeiT on an H100"
     cores = pool_cores(rate, sizing.cpu_s_per_image)
     enough = room >= cores
-    checks.append(Check("pool_cores", f"~{cores:,.0f} pool cores for {rate:,.0f} img/s ({why}; "
-                        f"{sizing.cpu_s_per_image * 1e3:.2f} CPU-ms/img); the {POOL_RESOURCE} nodes hold {room:g}",
-                        "ok" if enough else "warn",
-                        "" if enough else f"add CPU-only nodes with {POOL_RESOURCE} resources, or decode on the GPUs (DALI)"))
+    checks = [Check("pool_cores", f"~{cores:,.0f} pool cores for {rate:,.0f} img/s ({why}; "
+                    f"{sizing.cpu_s_per_image * 1e3:.2f} CPU-ms/img); the {POOL_RESOURCE} nodes hold {room:g}",
+                    "ok" if enough else "warn",
+                    "" if enough else f"add CPU-only nodes with {POOL_RESOURCE} resources, or decode on the GPUs (DALI)")]
     w = wire(rate, image_size=sizing.image_size, jpeg_bytes=sizing.jpeg_bytes, link_gbit=sizing.link_gbit)
     first, *rest = wire_lines(w)
     checks.append(Check("pool_network", f"{first}; a {sizing.link_gbit:g} Gbit/s link",
@@ -143,7 +115,7 @@ def ray_checks(address: str | None, sizing: SizingOptions = SizingOptions()) -> 
                              "describes a running one)", "info")]
     try:
         ray, here = connect(address)
-    except Unreachable as exc:
+    except RayUnreachable as exc:
         return [Check("ray_cluster", f"unreachable: {exc}", "warn")]
     try:
         nodes = ray.nodes()

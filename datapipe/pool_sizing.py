@@ -1,13 +1,15 @@
 """Sizing a CPU pool beside GPUs, as pure arithmetic (docs/clusters.md, "Sizing the pool"): the cores
 a pool needs for an image rate, and what the network carries at that rate when the pool ships decoded
-uint8 pixels (backend="ray" today) against shipping the JPEG bytes and their plan for a GPU decode."""
+uint8 pixels (backend="ray" today) against shipping the JPEG bytes and their plan for a GPU decode;
+and what one pool actor asks of a cluster: its resources, checked against Ray's limits, and how many
+actors the live nodes hold."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .checks import integer, real
+from .checks import integer, real, shown
 
 # Our loader's CPU cost on the DeiT recipe at 224 px, one core of this project's 2-core machine: 2.41-2.82
 # CPU-s per 1,000 images; the upper figure sizes a pool.
@@ -16,6 +18,12 @@ GPU_IMAGES_PER_S = 3000  # one H100 training on the DeiT recipe, the rate a pool
 JPEG_BYTES = 110_000  # ImageNet-1k's train JPEGs: ~140 GB / 1.28M images
 PLAN_BYTES = 512  # a SamplePlan pickled, with its key and label (the presets' plans: <= 285 bytes)
 UTILISATION = 0.8  # the share of a pool core spent decoding (Ray's processes, the object store, slack)
+# Ray's limits on an amount of a custom resource: a node offers at most MAX_RESOURCE_QUANTITY of one
+# (ray_constants; `ray start` refuses more, so a larger request never runs), and an amount counts in
+# steps of 0.0001 (RESOURCE_UNIT_SCALING: a smaller one is refused). Above ~1e304, Ray's own check
+# overflows (OverflowError naming no option).
+RAY_MAX_RESOURCE = 100e12
+RAY_RESOURCE_STEP = 1e-4
 
 
 def pool_cores(images_per_s: float, cpu_s_per_image: float = DEIT_CPU_S_PER_IMAGE,
@@ -92,6 +100,23 @@ def wire_lines(w: Wire) -> list[str]:
                   "jpeg": "ship JPEG + plan and decode on the GPU: decoded uint8 does not fit on the link",
                   "neither": "neither fits on the link: a faster link, smaller images or fewer images/s a node"}[w.choice])
     return lines
+
+
+def resource_pairs(value: Any, name: str = "pool_resources") -> tuple[tuple[str, float], ...]:
+    """`value` (a mapping, or (name, amount) pairs) as sorted (name, amount) pairs a Ray actor may ask
+    for: custom resource names (not CPU or GPU: each actor takes one CPU), amounts within Ray's limits."""
+    items = value.items() if isinstance(value, Mapping) else value
+    try:
+        pairs = tuple(sorted((key, amount) for key, amount in items))
+    except (TypeError, ValueError):
+        pairs = None
+    if (pairs is None or not all(isinstance(n, str) and n and n not in ("CPU", "GPU") for n, _ in pairs)
+            or len({n for n, _ in pairs}) < len(pairs)):
+        raise ValueError(f"{name} must map Ray custom resource names, each once (not CPU or GPU: each actor takes "
+                         f"one CPU), to amounts, e.g. {{'datapipe': 1}}; got {shown(value)}")
+    return tuple((key, real(f"{name}[{key!r}]", amount, RAY_RESOURCE_STEP, RAY_MAX_RESOURCE,
+                            note=" (Ray's limits: a node offers at most 1e14 of a resource, counted in steps of "
+                                 "0.0001)")) for key, amount in pairs)
 
 
 def capacity(nodes: Iterable[Mapping[str, Any]], needs: Mapping[str, float]) -> int:

@@ -1,24 +1,36 @@
-"""What datapipe's two uses of Ray (backend="ray", convert --engine ray) share before a Ray starts:
-the import, with how to install it, and how a local Ray of their own starts (127.0.0.1 only, a temp
-folder short enough for Ray's socket paths). Light: no torch (a conversion's Ray workers import this)."""
+"""What datapipe's uses of Ray (backend="ray", convert --engine ray, doctor --ray, bench and train's
+RAY_ADDRESS) share: Ray's import, with how to install it; joining a running cluster (`join`), probed
+first so that an address where no Ray cluster answers, or one that refuses this process's token, is
+one line within JOIN_TIMEOUT_S (ray.init alone retries for good); 127.0.0.1 only while a local Ray
+starts (ray_local.py starts it). Light: no torch (a conversion's Ray workers import this)."""
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
-import tempfile
+import socket
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
+from .errors import ExpectedError, first_line, shortened
+
 log = logging.getLogger(__name__)
 
-# Ray's sockets live at TEMP/ray/session_<date>_<time>_<pid>/sockets/plasma_store: ~75 characters after
-# TEMP, and a socket's path may hold 107 (a Slurm job's $TMPDIR is often longer than SHORT_TEMP)
-SHORT_TEMP = 32
+JOIN_TIMEOUT_S = 30.0  # the name resolved, the port connected and Ray's GCS answering, each within what is left
 # Ray on Linux takes the machine's routable address and listens on every interface unless this is 0
 # (read by Ray's processes from the environment, and by the driver's ray_constants at import)
 CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 LOOPBACK = "127.0.0.1"
+TOKEN_NOTICE = "ray._private.authentication.authentication_token_setup"  # logs "Token authentication is enabled"
+FIX = "start it with `ray start --head`, or name a running head as HOST:PORT (RAY_ADDRESS, --ray-address, --ray)"
+TOKEN_FIX = ("set RAY_AUTH_MODE=token and give the cluster's token in RAY_AUTH_TOKEN, in a file named by "
+             "RAY_AUTH_TOKEN_PATH, or in ~/.ray/auth_token (`ray get-auth-token` on the head prints it; docs/clusters.md)")
+
+
+class RayUnreachable(ExpectedError):
+    """No Ray cluster this process may join answers at an address (one line: the address, the cause, the fix)."""
 
 
 def import_ray(needed_by: str = "backend='ray'") -> Any:
@@ -30,22 +42,148 @@ def import_ray(needed_by: str = "backend='ray'") -> Any:
     return ray
 
 
-def short_temp_options() -> dict[str, str]:
-    """ray.init's `_temp_dir` for a local Ray where the temporary folder is too long for Ray's socket
-    paths ("AF_UNIX path length cannot exceed 107 bytes"): /tmp/ray-UID then; else nothing."""
-    temp = tempfile.gettempdir()
-    if len(temp) <= SHORT_TEMP:
-        return {}
-    log.info("Ray's socket paths under %s would be too long for AF_UNIX: its files go to /tmp/ray-%d", temp, os.getuid())
-    return {"_temp_dir": f"/tmp/ray-{os.getuid()}"}
+def join(ray: Any, address: str, *, timeout_s: float = JOIN_TIMEOUT_S, **options: Any) -> None:
+    """Connect this process to the running cluster at `address` ("auto": the one `ray start` runs on
+    this machine; HOST:PORT; ray://HOST:PORT), as ray.init(address=...) does, once `probe` found a Ray
+    cluster there that takes this process: else RayUnreachable, within `timeout_s`."""
+    target = resolve(address)
+    probe(target, timeout_s, auto=address == "auto", named=address)
+    options = {"logging_level": logging.WARNING, "log_to_driver": False, **options}
+    try:
+        with quiet_token_notice():
+            ray.init(address=address, **options)
+    except Exception as exc:  # a version mismatch, a head that went away meanwhile
+        raise RayUnreachable(f"cannot join the Ray cluster at {shown(address)}: {first_line(exc)}") from None
 
 
-def start_local(ray: Any, **options: Any) -> None:
-    """Start a Ray on this machine for this process: it reads no RAY_ADDRESS (address="local"), binds and
-    advertises 127.0.0.1 only, and puts its files where its socket paths fit. Nothing else can reach it."""
-    with loopback_only():
-        ray.init(address="local", _node_ip_address=LOOPBACK, include_dashboard=False, logging_level=logging.WARNING,
-                 **short_temp_options(), **options)
+def resolve(address: str) -> str:
+    """host:port of `address` as ray.init will dial it ('auto': the cluster `ray start` recorded here;
+    127.0.0.1: the machine's address unless Ray is kept on loopback); ray:// addresses unchanged."""
+    if address.startswith("ray://"):
+        return address
+    try:
+        from ray._private.services import canonicalize_bootstrap_address, canonicalize_bootstrap_address_or_die
+    except ImportError:  # Ray's private resolver gone: the address as given
+        return address
+    if address == "auto":
+        try:
+            return canonicalize_bootstrap_address_or_die("auto")
+        except (ConnectionError, ValueError) as exc:
+            raise RayUnreachable(f"no running Ray cluster found on this machine ({first_line(exc)}): start one "
+                                 "with `ray start --head`, or give its address") from None
+    split(address)  # HOST:PORT, else one line
+    try:
+        return canonicalize_bootstrap_address(address) or address
+    except Exception:  # Ray found no address of this machine for 127.0.0.1: the probe dials what was given
+        return address
+
+
+def split(address: str) -> tuple[str, int]:
+    """(host, port) of HOST:PORT (ray:// and [IPv6] brackets removed); RayUnreachable when it is not one."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise RayUnreachable(f"{shortened(repr(address))} is not a Ray address: give HOST:PORT, e.g. head:6379")
+    return host.strip("[]"), int(port)
+
+
+def shown(address: str) -> str:
+    """An address for a message: as given where printable, else its repr (no terminal control characters)."""
+    return shortened(address if address.isprintable() else repr(address))
+
+
+def probe(target: str, timeout_s: float = JOIN_TIMEOUT_S, *, auto: bool = False, named: str | None = None) -> None:
+    """The head at `target` resolved and connected to, then asked by Ray's GCS protocol whether it is
+    alive (with this process's token where Ray would send one), all within `timeout_s`; else
+    RayUnreachable naming the cause. ray.init alone waits forever on a dead or non-Ray address and
+    retries a refused token for 20 s before a generic error. `named`: the address as the user gave it."""
+    host, port = split(target)
+    deadline = time.monotonic() + timeout_s
+    where = f"the Ray cluster at {shown(named or target)}"
+    if named not in (None, target):
+        where += f" (dialled at {shown(target)})"
+    addresses = _resolved(host, port, timeout_s, where)
+    try:
+        socket.create_connection(addresses[0], timeout=max(0.1, deadline - time.monotonic())).close()
+    except TimeoutError:
+        raise RayUnreachable(f"cannot join {where}: no answer in {timeout_s:g} s (a host that is down, or a "
+                             f"firewall); {FIX}") from None
+    except OSError as exc:
+        raise RayUnreachable(f"cannot join {where}: nothing answers there ({exc.strerror or type(exc).__name__}); "
+                             f"{FIX}") from None
+    if not target.startswith("ray://"):  # Ray Client speaks its own protocol: the TCP probe is all
+        _ask_gcs(target, max(0.1, deadline - time.monotonic()), where, auto)
+
+
+def _resolved(host: str, port: int, timeout_s: float, where: str) -> list[tuple[str, int]]:
+    """The (ip, port) of host, within timeout_s (a resolver that hangs is abandoned on its thread)."""
+    found: list[Any] = []
+
+    def lookup() -> None:
+        try:
+            found.append([info[4][:2] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)])
+        except Exception as exc:  # OSError; ValueError for a name with a NUL in it
+            found.append(exc)
+
+    thread = threading.Thread(target=lookup, name="datapipe-ray-resolve", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not found:
+        raise RayUnreachable(f"cannot join {where}: the name {shown(host)} did not resolve in {timeout_s:g} s; {FIX}")
+    if isinstance(found[0], Exception) or not found[0]:
+        why = getattr(found[0], "strerror", None) or (first_line(found[0]) if found[0] else "no address")
+        raise RayUnreachable(f"cannot join {where}: the name {shown(host)} does not resolve ({why}); {FIX}")
+    return found[0]
+
+
+def _ask_gcs(target: str, timeout_s: float, where: str, auto: bool) -> None:
+    """Ray's GCS CheckAlive at `target`, through Ray's own channel (its TLS and token settings)."""
+    try:
+        import grpc
+        from ray._private.gcs_utils import create_gcs_channel
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+        from ray.exceptions import AuthenticationError
+    except ImportError:  # Ray's private modules moved: ray.init finds out itself
+        return
+    if auto:  # ray.init(address="auto") turns token auth on where this machine has a token: the probe too
+        from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
+        with quiet_token_notice():
+            maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+    try:
+        with create_gcs_channel(target) as channel:
+            gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).CheckAlive(gcs_service_pb2.CheckAliveRequest(),
+                                                                           timeout=timeout_s)
+    except AuthenticationError:  # RAY_AUTH_MODE=token and no token anywhere
+        raise RayUnreachable(f"cannot join {where}: RAY_AUTH_MODE=token but this process has no token; "
+                             f"{TOKEN_FIX}") from None
+    except grpc.RpcError as exc:
+        raise RayUnreachable(_refusal(where, exc.code(), grpc.StatusCode)) from None
+
+
+def _refusal(where: str, code: Any, codes: Any) -> str:
+    """The one line for a GCS call that failed with gRPC status `code`."""
+    if code == codes.UNAUTHENTICATED:
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+        if is_token_auth_enabled():
+            return (f"cannot join {where}: it refused this process's token (RAY_AUTH_TOKEN, else RAY_AUTH_TOKEN_PATH's "
+                    f"file, else ~/.ray/auth_token): give the head's token (`ray get-auth-token` there prints it)")
+        return f"cannot join {where}: it uses token authentication and this process sent no token; {TOKEN_FIX}"
+    if code == codes.DEADLINE_EXCEEDED:
+        return f"cannot join {where}: its port connects but no Ray answered in time; {FIX}"
+    return (f"cannot join {where}: something answers there, but not a Ray cluster's GCS ({code.name}): give the "
+            f"head's GCS port (`ray start --head --port`, 6379 by default); {FIX}")
+
+
+@contextlib.contextmanager
+def quiet_token_notice() -> Iterator[None]:
+    """Ray 2.60's WARNING that token authentication is on (printed at every ray.init of a local Ray)
+    kept quiet: token authentication itself stays on, as Ray's default has it."""
+    logger = logging.getLogger(TOKEN_NOTICE)
+    saved = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(saved)
 
 
 @contextlib.contextmanager

@@ -72,6 +72,17 @@ def test_a_cluster_without_the_pool_resource_says_how_to_add_it():
     assert "8 GPU(s) x 3,000 img/s" in checks["pool_cores"].value and checks["pool_cores"].status == "warn"
 
 
+def test_a_cluster_without_gpus_is_not_sized_for_a_gpu_it_does_not_have():
+    """Before: '1 GPU(s) x 3,000 img/s' on a 0-GPU cluster. Now it asks for the rate; a rate given sizes it."""
+    cpus = [n for n in NODES if n["Resources"].get("GPU", 0) == 0]
+    checks = {c.name: c for c in cluster_checks(cpus)}
+    cores = checks["pool_cores"]
+    assert "GPU(s) x" not in cores.value and "no GPUs in the cluster" in cores.value and "hold 96" in cores.value
+    assert cores.status == "info" and "--images-per-s" in cores.hint and "pool_network" not in checks
+    given = {c.name: c for c in cluster_checks(cpus, SizingOptions(images_per_s=6000))}
+    assert "for 6,000 img/s (given" in given["pool_cores"].value and "pool_network" in given
+
+
 def test_without_ray_or_an_address_doctor_says_so_in_one_line(monkeypatch):
     monkeypatch.setattr(doctor_cluster, "ray_version", lambda: None)
     [absent] = ray_checks("head:6379")
@@ -91,7 +102,7 @@ def test_an_unreachable_head_is_one_line_not_a_traceback():
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     [line] = [ln for ln in done.stdout.splitlines() if "ray_cluster" in ln]
-    assert "unreachable: nothing answers at 127.0.0.1:1" in line
+    assert "unreachable: cannot join the Ray cluster at 127.0.0.1:1" in line and "nothing answers there" in line
     assert "Traceback" not in done.stderr and "Traceback" not in done.stdout
     if not sys.modules["ray"].is_initialized():
         [bad] = ray_checks("nohost")

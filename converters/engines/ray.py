@@ -15,7 +15,8 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from datapipe.ray_setup import import_ray, start_local
+from datapipe.ray_local import start_local, stop_local
+from datapipe.ray_setup import import_ray, join
 from datapipe.storage.isolate import forks_nothing
 
 from ..errors import ConvertError, ShardFailed
@@ -45,17 +46,18 @@ def _stop(ray: Any, refs: list[Any]) -> None:
 
 
 def connect(address: str | None) -> tuple[Any, bool]:
-    """(the ray module, whether this call started the Ray it is connected to). A Ray this process is
-    connected to is used as it is; else the cluster at `address` ("auto": the one `ray start` runs
-    here), or RAY_ADDRESS's; with neither, a local Ray for this conversion, on 127.0.0.1 only (before,
-    `ray.init()` started one listening on every interface, or joined whatever ray start had left)."""
+    """(the ray module, whether this call connected it). A Ray this process is connected to is used as
+    it is; else the cluster at `address` ("auto": the one `ray start` runs here), or RAY_ADDRESS's,
+    joined once probed (ray_setup.join: one line within JOIN_TIMEOUT_S where none answers); with
+    neither, a local Ray for this conversion, on 127.0.0.1 only (ray_local.start_local)."""
     ray = import_ray("--engine ray")
     if ray.is_initialized():
         return ray, False
-    if address is None and not os.environ.get("RAY_ADDRESS"):
-        start_local(ray)
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        join(ray, address, include_dashboard=False, log_to_driver=True)
     else:
-        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
+        start_local(ray)
     return ray, True
 
 
@@ -80,7 +82,9 @@ class RayEngine:
             yield from self._run(ray, jobs, ctx, tick)
         finally:
             if owned:
-                ray.shutdown()
+                stop_local(ray)  # a local Ray and its folder; a joined cluster: disconnected (it runs on)
+                if ray.is_initialized():
+                    ray.shutdown()
 
     def _run(self, ray: Any, jobs: list[ShardJob], ctx: ShardContext, tick: Tick) -> Iterator[ShardRecords]:
         task = ray.remote(num_cpus=1, max_retries=self.max_retries,

@@ -10,6 +10,7 @@ from ..augment.recipe import Recipe
 from ..augment.resolution import check_image_size
 from ..checks import MAX_SEED, integer, probability, real, shown
 from ..devices import rank_device
+from ..pool_sizing import resource_pairs
 from ..resources import cpus_per_rank
 from .fields import DEFAULT_FIELDS, check_fields
 
@@ -97,19 +98,8 @@ class LoaderOptions:
                                                              note=", \"auto\" or None: num_workers's value"))
         if not isinstance(self.pool_fallback, bool):
             raise ValueError(f"pool_fallback must be True or False, got {shown(self.pool_fallback)}")
-        if self.pool_resources is None:
-            return
-        items = self.pool_resources.items() if isinstance(self.pool_resources, dict) else self.pool_resources
-        try:
-            pairs = tuple(sorted((name, amount) for name, amount in items))
-        except (TypeError, ValueError):
-            pairs = None
-        if pairs is None or not all(isinstance(n, str) and n and n not in ("CPU", "GPU") for n, _ in pairs):
-            raise ValueError(f"pool_resources must map Ray custom resource names (not CPU or GPU: each actor takes "
-                             f"one CPU) to amounts, e.g. {{'datapipe': 1}}; got {shown(self.pool_resources)}")
-        for name, amount in pairs:
-            real(f"pool_resources[{name!r}]", amount, 0, low_open=True)
-        object.__setattr__(self, "pool_resources", pairs)
+        if self.pool_resources is not None:
+            object.__setattr__(self, "pool_resources", resource_pairs(self.pool_resources))
 
     def _check_numbers(self) -> None:
         """Every numeric option of the right type (a bool is not a number), finite, within its range

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import tempfile
 import threading
 import time
@@ -75,6 +76,16 @@ def remove(c, nodes, node, actors):
             time.sleep(0.2)
 
 
+def room_back() -> None:
+    """The module's earlier loaders, and their actors, gone, and their resources back (an actor's end is
+    asynchronous): both nodes free."""
+    gc.collect()
+    deadline = time.monotonic() + DEATH_S
+    while ray.available_resources().get("datapipe", 0) < 2 * WHOLE_NODE["datapipe"]:
+        assert time.monotonic() < deadline, f"earlier actors still hold {ray.available_resources()}"
+        time.sleep(0.2)
+
+
 def batches(loader, stop=None):
     out = []
     for k, b in enumerate(loader):
@@ -121,6 +132,7 @@ def test_a_loader_that_started_its_own_ray_leaves_no_ray_process(ray_home, packe
     assert not ray.is_initialized()
     left = [p for p in psutil.process_iter(["cmdline"]) if str(temp) in " ".join(p.info["cmdline"] or [])]
     assert left == []
+    assert list(temp.iterdir()) == []  # its folder removed with it (before: a session folder left a run)
 
 
 @pytest.mark.parametrize("recipe", ["default", "deit"])
@@ -173,11 +185,7 @@ def test_auto_grows_while_the_trainer_starves_and_shrinks_while_it_trains(cluste
     """Hungry (1 s waited for each batch, 1 s away): the pool grows from 1 to what the cluster holds,
     then asks the autoscaler for one more; slow (100 s more away a batch): it shrinks back to 1, the
     leaving actor's leased batches received. Every epoch bit for bit the threads backend's."""
-    gc.collect()  # the module's earlier loaders, and their actors, gone
-    deadline = time.monotonic() + DEATH_S  # and their resources back (an actor's end is asynchronous)
-    while ray.available_resources().get("datapipe", 0) < 2 * WHOLE_NODE["datapipe"]:
-        assert time.monotonic() < deadline, f"earlier actors still hold {ray.available_resources()}"
-        time.sleep(0.2)
+    room_back()
     kw = dict(TINY, batch_size=1)  # 27 batches an epoch: 6 windows of 4
     loader = make_loader(packed_lmdb, backend="ray", pool_workers="auto", pool_resources=WHOLE_NODE, **kw)
     threads = make_loader(packed_lmdb, backend="threads", **kw)
@@ -253,6 +261,35 @@ def test_non_persistent_pools_take_turns_on_a_full_cluster(cluster, packed_lmdb,
         assert val.pool.members == []
         same(batches(train, stop=2), batches(threads)[:2])
     assert train.local_batches == val.local_batches == 0 and not train.fell_back and not val.fell_back
+
+
+def test_a_loader_on_a_cluster_another_loader_fills_says_so_once_and_falls_back(cluster, packed_lmdb, within,
+                                                                               monkeypatch, caplog):
+    """A first persistent loader holds both nodes; a second one's actor waits START_S (injected: 5 s) for
+    room, then one line says the cluster is full, what holds it and what to do, and the batches are
+    decoded here (before: 'a Ray pool actor was lost' every START_S, replaced, for minutes, serving
+    nothing); once the first is closed, the second's next epoch runs on its pool again."""
+    room_back()
+    monkeypatch.setattr(pool_module, "START_S", 5.0)
+    kw = dict(TINY, backend="ray", pool_resources=WHOLE_NODE)
+    first = make_loader(packed_lmdb, pool_workers=2, **kw)
+    ray.get([m.ready for m in first.pool.members])
+    second = make_loader(packed_lmdb, pool_workers=1, **kw)
+    threads = make_loader(packed_lmdb, backend="threads", **TINY)
+    with pytest.warns(PoolFallback) as caught:
+        same(batches(second), batches(threads))
+    [warning] = [str(w.message) for w in caught if w.category is PoolFallback]
+    assert "the Ray cluster is full" in warning and "close the other loader, lower pool_workers, or add nodes" in warning
+    assert re.search(r"held by actors not of this pool: \d+ BatchActor \(another backend='ray' loader", warning), warning
+    assert "\n" not in warning and second.pool.replaced == 0 and "was lost" not in caplog.text
+    first.close()
+    room_back()
+    done = second.local_batches
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PoolFallback)
+        same(batches(second), batches(threads))
+    assert second.local_batches == done and not second.pool.full
+    second.close()
 
 
 def test_datapipe_train_builds_both_ray_loaders_non_persistent_with_its_pool_options(cluster, packed_lmdb, tmp_path):
@@ -331,9 +368,25 @@ def test_the_last_pool_node_removed_mid_epoch_falls_back_exactly(cluster, packed
     assert loader.fell_back and loader.local_batches > 0 and len([w for w in caught if w.category is PoolFallback]) == 1
 
 
-def test_pool_options_are_checked_in_one_line():
+def test_pool_options_are_checked_in_one_line(capsys):
+    """Amounts within Ray's limits (a node offers at most 1e14 of a resource, in steps of 0.0001): before,
+    1e308 passed and Ray's own check overflowed (a bare OverflowError naming no option; a traceback
+    from the CLI)."""
     for bad in (dict(pool_workers=0), dict(pool_workers="many"), dict(pool_resources={"CPU": 1}), dict(pool_resources={"x": -1}),
-                dict(pool_fallback="no")):
+                dict(pool_fallback="no"), dict(pool_resources={"datapipe": 1e308}), dict(pool_resources={"datapipe": 2e14}),
+                dict(pool_resources={"datapipe": 1e-5}), dict(pool_resources={"datapipe": float("nan")}),
+                dict(pool_resources=[("datapipe", 1), ("datapipe", 2)])):
         with pytest.raises(ValueError, match=r"^pool_") as err:
             make_loader(ROOT / "fixtures" / "imagefolder", backend="ray", **bad)
         assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match=r"pool_resources\['datapipe'\] must be .* within \[0.0001, 1e\+14\] \(Ray's limits"):
+        make_loader(ROOT / "fixtures" / "imagefolder", backend="ray", pool_resources={"datapipe": 1e308})
+    from datapipe.cli import build_parser
+    for command in ("train", "bench"):
+        argv = [command, "data", "--pool-resources", "datapipe=1e308"] + (["--out", "x"] if command == "train" else [])
+        with pytest.raises(SystemExit) as stop:
+            build_parser().parse_args(argv)
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert "--pool-resources['datapipe'] must be a finite number within [0.0001, 1e+14]" in err, err
+        assert "Traceback" not in err

@@ -5,9 +5,11 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 import ray
@@ -121,28 +123,36 @@ def test_ray_reads_the_images_from_s3(local_ray, s3, tmp_path):  # noqa: F811
 OWN_RAY = """
 import json, os, psutil
 from converters.engines.ray import connect
+from datapipe.ray_local import _running
 ray, owned = connect(None)
 ours = {c.pid for c in psutil.Process().children(recursive=True)} | {os.getpid()}
 listening = sorted({c.laddr.ip for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN and c.pid in ours})
 its = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)]
 print(json.dumps({"owned": owned, "node": ray.nodes()[0]["NodeManagerAddress"], "listening": listening,
-                  "short_temp": any(f"/tmp/ray-{os.getuid()}/" in line for line in its), "seven": ray.get(ray.put(7))}))
+                  "folder": str(_running[0]), "in_folder": any(str(_running[0]) in line for line in its),
+                  "seven": ray.get(ray.put(7))}))
 ray.shutdown()
 """
 
 
-def test_a_conversions_own_ray_listens_on_loopback_only_with_a_short_temp_folder(tmp_path, monkeypatch):
+def test_a_conversions_own_ray_listens_on_loopback_only_in_a_folder_of_its_own(tmp_path, monkeypatch):
     """With no --ray-address and no RAY_ADDRESS, the conversion's own Ray binds and advertises 127.0.0.1
-    only (before: every interface, at the machine's address). A Slurm job's $TMPDIR is often long: Ray's
-    socket paths under it would overflow AF_UNIX's 107 bytes, so its files go to /tmp/ray-UID."""
-    from datapipe.ray_setup import short_temp_options
+    only (before: every interface, at the machine's address). Its files go to a new folder of its own
+    (mode 0700), under /tmp where the temp folder is too long for Ray's socket paths (a Slurm job's
+    $TMPDIR often is: AF_UNIX allows 107 bytes), removed at exit (before: a session folder left a run)."""
+    from datapipe.ray_local import PREFIX, session_folder
 
     long = tmp_path / ("job-" + "x" * 60)
     long.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(long))
-    assert short_temp_options() == {"_temp_dir": f"/tmp/ray-{os.getuid()}"}
-    monkeypatch.setattr(tempfile, "tempdir", "/tmp")
-    assert short_temp_options() == {}
+    made = session_folder()
+    assert made.parent == Path("/tmp") and made.name.startswith(PREFIX) and made.stat().st_mode & 0o777 == 0o700
+    made.rmdir()
+    short = Path(tempfile.mkdtemp(prefix="s", dir="/tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(short))
+    made = session_folder()
+    assert made.parent == short
+    shutil.rmtree(short)
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
     done = subprocess.run([sys.executable, "-c", OWN_RAY], env={**env, "TMPDIR": str(long), "HOME": str(tmp_path)},
                           capture_output=True, text=True, timeout=180)
@@ -150,7 +160,9 @@ def test_a_conversions_own_ray_listens_on_loopback_only_with_a_short_temp_folder
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["owned"] and got["seven"] == 7 and got["node"] == "127.0.0.1"
     assert got["listening"] and set(got["listening"]) <= {"127.0.0.1", "::ffff:127.0.0.1"}, got["listening"]
-    assert got["short_temp"]
+    assert got["folder"].startswith(f"/tmp/{PREFIX}") and got["in_folder"]
+    assert not Path(got["folder"]).exists() and list(long.iterdir()) == []  # nothing left behind
+    assert "Token authentication is enabled" not in done.stderr  # Ray's notice at every local start, kept quiet
 
 
 def test_ray_reads_imagenet_archive_members_into_the_shards_the_local_engine_writes(local_ray, download, tmp_path):  # noqa: F811

@@ -2,24 +2,31 @@
 keeps them to CPU-only nodes), one CPU each. A member that died (its node was lost, it was killed) or
 cannot be placed (no node of the cluster holds its resources, or it is not up START_S after it was
 asked for) is given up and started afresh in its place, a bounded number of times per epoch; the
-loader re-issues the member's leased batches to the others. With pool_workers="auto" the loader grows
-the pool where the cluster has room (else asks Ray's autoscaler for it) and shrinks it: a member that
-goes takes no new lease and is stopped once its leased batches are received. A pool released (the end
+loader re-issues the member's leased batches to the others. A member still waiting START_S for room
+that other actors or tasks hold (the cluster is full) is given up and not replaced: the pool says so
+once, naming what holds the room, and carries on with the members it has (none: the loader falls
+back); the next iteration starts it again only where the cluster has room then. With
+pool_workers="auto" the loader grows the pool where the cluster has room (else asks Ray's autoscaler
+for it) and shrinks it: a member that goes takes no new lease and is stopped once its leased batches
+are received. A pool released (the end
 of a non-persistent loader's iteration) holds no actor until it is refilled."""
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from typing import Any
 
+from ...errors import shortened
 from ...formats.base import Dataset
+from ...pool_sizing import capacity
 from ..fields import FieldSpec
 from ..options import LoaderOptions
 from .actor import BatchActor
-from ...pool_sizing import capacity
 
 log = logging.getLogger(__name__)
 START_S = 60.0  # an actor that a node could hold but is not up by then is given up (a node starting is seconds)
+WAITING = ("DEPENDENCIES_UNREADY", "PENDING_CREATION")  # Ray's states of an actor not yet up
 
 
 class Member:
@@ -43,6 +50,7 @@ class ActorPool:
         self.replaced = self.reissued = 0  # actors started in place of lost ones; batches issued again
         self.requested = 0  # actors' worth of resources asked of the autoscaler (0: nothing asked)
         self.budget, self.last_error = 0, ""
+        self.full = False  # a member waited START_S for room others hold: none is started until there is room
         if options.persistent_workers:
             self.refill()
 
@@ -54,7 +62,8 @@ class ActorPool:
             m.in_flight = 0
         self._stop(self.leaving)
         self.leaving = []
-        if self.placeable():
+        if self.placeable() and (not self.full or self.room()):
+            self.full = False
             while len(self.members) < self.size:
                 self.members.append(self._start())
 
@@ -81,9 +90,12 @@ class ActorPool:
                     m.up = True
                 except Exception as exc:  # the actor died starting (its node lost, its __init__ raised)
                     gone.append(self._give_up(m, exc))
-            elif time.monotonic() - m.started > START_S or not self.placeable():
+            elif not self.placeable():
                 gone.append(self._give_up(m, None))
-        if self.members and len(self.members) < self.size and self.budget > 0 and self.placeable():
+            elif time.monotonic() - m.started > START_S:
+                gone.append(self._full(m) if self._waiting_for_room(m) else self._give_up(m, None))
+        if (self.members and len(self.members) < self.size and self.budget > 0 and self.placeable()
+                and (not self.full or self.room())):
             self.budget -= 1  # capacity is back (a node joined): the pool refills mid-epoch
             self.members.append(self._start())
         return gone
@@ -109,15 +121,57 @@ class ActorPool:
             self.members.append(self._start())
         return member
 
+    def _full(self, member: Member) -> Member:
+        """`member` waited START_S for room that the cluster's other work holds: given up and not replaced
+        (another would wait the same), said once; the members up carry on."""
+        self.members.remove(member)
+        self._stop([member])
+        if not self.full:
+            self.full = True
+            self.last_error = (f"the Ray cluster is full: no node had {self.needs} free for a pool actor in "
+                               f"{START_S:.0f} s, {self._holders()}; close the other loader, lower pool_workers, or "
+                               "add nodes")
+            if any(m.up for m in self.members):  # else the loader's fallback says it (the others wait the same)
+                log.warning("datapipe: %s; the pool carries on with %d actors", self.last_error, len(self.members))
+        return member
+
+    def _waiting_for_room(self, member: Member) -> bool:
+        """Whether `member` still waits for a node's resources (no worker process runs it yet: Ray's actor
+        table), as opposed to starting slowly; without the table, whether the cluster lacks room for it."""
+        try:
+            from ray._private import state
+            info = state.actors(member.handle._actor_id.hex())
+            return info.get("State") in WAITING and not info.get("Pid")
+        except Exception:  # Ray's private table gone
+            return not self.room()
+
+    def _holders(self) -> str:
+        """What holds the cluster's room, in words: the live actors not of this pool, by class."""
+        try:
+            from ray._private import state
+            alive = state.actors(actor_state_name="ALIVE")
+        except Exception:
+            return "held by other actors or tasks"
+        mine = {m.handle._actor_id.hex() for m in self.members + self.leaving}
+        names = Counter(str(a.get("ActorClassName", "?")) for key, a in alive.items() if key not in mine)
+        if not names:
+            return "held by tasks"
+        listed = ", ".join(f"{n} {shortened(name, 40)}" for name, n in names.most_common(3))
+        other = " (another backend='ray' loader still open?)" if BatchActor.__name__ in names else ""
+        return f"held by actors not of this pool: {listed}{other}"
+
+    def room(self) -> bool:
+        """Whether the cluster has one actor's resources free now."""
+        free = self.ray.available_resources()
+        return all(free.get(k, 0.0) >= v for k, v in self.needs.items())
+
     def grow(self, at: int) -> bool:
         """One actor more where the cluster has one's resources free now (and holds more than the pool);
         else the autoscaler is asked for room for size + 1 (a hint: nothing happens on a fixed cluster).
         Nothing while a member is still starting: its wait is not the pool's size."""
         if any(not m.up for m in self.members):
             return False
-        free = self.ray.available_resources()
-        if (len(self.members) < capacity(self.ray.nodes(), self.needs)
-                and all(free.get(k, 0.0) >= v for k, v in self.needs.items())):
+        if len(self.members) < capacity(self.ray.nodes(), self.needs) and self.room():
             self.size = len(self.members) + 1
             self.members.append(self._start())
             self.size_history.append((at, self.size))

@@ -1,6 +1,6 @@
 """Which Ray the pool runs on: the one this process is connected to (`ray.init(address=...)` before
 make_loader; datapipe's CLI joins RAY_ADDRESS's cluster itself), else a local Ray started here
-(`address="local"`: the library reads no environment) that listens on 127.0.0.1 only. The loaders
+(`address="local"`: the library reads no environment) that listens on 127.0.0.1 only (ray_local.py). The loaders
 that use a Ray started here share it, and the last of them to close shuts it down: no Ray process
 outlives them, and none is stopped under a loader still using it."""
 from __future__ import annotations
@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ...ray_setup import import_ray, start_local
+from ...ray_local import start_local, stop_local
+from ...ray_setup import import_ray
 
 log = logging.getLogger(__name__)
 _users = 0  # loaders using the Ray this module started (0: none started, or it was shut down)
@@ -36,5 +37,5 @@ def shutdown(ray: Any, owned: bool) -> None:
     if not owned or _users == 0:
         return
     _users -= 1
-    if _users == 0 and ray.is_initialized():
-        ray.shutdown()
+    if _users == 0:
+        stop_local(ray)  # and its folder removed
