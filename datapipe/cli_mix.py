@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import unicodedata
 from typing import Any
 
 from .checks import shown
@@ -41,9 +42,10 @@ def parse_weights(text: str | None, count: int) -> tuple[float, ...] | None:
 
 
 def _nonzero(text: str) -> bool:
-    """Whether a number's text names a value other than 0 (a float may round it to 0)."""
+    """Whether a number's text names a value other than 0 (a float may round it to 0): a digit 1-9 in
+    its mantissa, in any script float() reads ("\u0661e-400" is 1e-400)."""
     mantissa = text.strip().lower().split("e")[0]
-    return any(c in "123456789" for c in mantissa)
+    return any(unicodedata.decimal(c, 0) > 0 for c in mantissa)
 
 
 def source_of_args(data: list[str], weights: str | None, epoch_size: int | None, **mix_options: Any) -> Any:

@@ -261,15 +261,17 @@ def merge_classes(lists: list[list[str]], given: list[str] | None = None,
     classes: list[str] = list(given or [])
     origin = ["the given classes"] * len(classes)
     where: dict[str, int] = {name: k for k, name in enumerate(classes)}
+    folded: tuple[dict[str, int], dict[str, int]] = ({}, {})  # NFC form, NFC case-folded form -> class
+    _fold(folded, classes, 0)
     maps = []
     for s, names in enumerate(lists):
         source = repr(sources[s]) if s < len(sources) else str(s)
-        earlier = _folded(classes)  # a source's own names never merge with each other: they are its classes
-        row = []
+        known, row, merged = len(classes), [], []
         for name in names:
             k = where.get(name)
             if k is None:
-                k = _same_class(name, source, classes, origin, earlier)
+                k = _same_class(name, source, classes, origin, folded)
+                merged += [] if k is None else [(name, k)]
             if k is None and given is not None:
                 raise ValueError(f"a source's class {shown(name)} is not among the mix's given classes "
                                  f"({len(given)}: {shown(given[:5])}...); a val split must use the train split's class "
@@ -279,32 +281,32 @@ def merge_classes(lists: list[list[str]], given: list[str] | None = None,
                 classes.append(name)
                 origin.append(f"source {source}")
             row.append(k)
+        _fold(folded, classes, known)  # after the source: its own names never merge with each other
+        if merged:
+            log.warning("mix: %d class name(s) of source %s are an earlier source's written in another Unicode form "
+                        "(NFC/NFD), each one class with it (the first: %r is %r of %s)", len(merged), source,
+                        merged[0][0], classes[merged[0][1]], origin[merged[0][1]])
         maps.append(tuple(row))
     return classes, tuple(maps)
 
 
-def _folded(classes: list[str]) -> tuple[dict[str, int], dict[str, int]]:
-    """(NFC form -> class, NFC case-folded form -> class) of the classes so far."""
-    nfc: dict[str, int] = {}
-    case: dict[str, int] = {}
-    for k, name in enumerate(classes):
-        form = unicodedata.normalize("NFC", name)
-        nfc.setdefault(form, k)
-        case.setdefault(form.casefold(), k)
-    return nfc, case
+def _fold(folded: tuple[dict[str, int], dict[str, int]], classes: list[str], start: int) -> None:
+    """Classes from `start` on into the (NFC form, NFC case-folded form) -> class tables."""
+    for k in range(start, len(classes)):
+        form = unicodedata.normalize("NFC", classes[k])
+        folded[0].setdefault(form, k)
+        folded[1].setdefault(form.casefold(), k)
 
 
 def _same_class(name: str, source: str, classes: list[str], origin: list[str],
-                earlier: tuple[dict[str, int], dict[str, int]]) -> int | None:
-    """The earlier class `name` is once NFC-normalised (a warning), None for a new name; a name that
-    differs from an earlier one only in case is refused in one line naming both."""
+                folded: tuple[dict[str, int], dict[str, int]]) -> int | None:
+    """The earlier class `name` is once NFC-normalised, None for a new name; a name that differs from
+    an earlier one only in case is refused in one line naming both."""
     form = unicodedata.normalize("NFC", name)
-    k = earlier[0].get(form)
+    k = folded[0].get(form)
     if k is not None:
-        log.warning("mix: class %r of source %s is class %r of %s written in another Unicode form (NFC/NFD): "
-                    "one class", name, source, classes[k], origin[k])
         return k
-    k = earlier[1].get(form.casefold())
+    k = folded[1].get(form.casefold())
     if k is not None:
         raise ValueError(f"class {shown(name)} of source {source} and class {shown(classes[k])} of {origin[k]} differ "
                          "only in case: rename one so that they are one class (the same name) or plainly two, and "

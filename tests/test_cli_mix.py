@@ -116,3 +116,6 @@ def test_train_over_a_mix_with_a_recipe_that_repeats_each_record(packed_lmdb, pa
                  "--recipe", recipe, "--model", "resnet18", "--epochs", "1", "--batch-size", "4", "--image-size", "32",
                  "--workers", "0", "--backend", "threads", "--max-steps", "2", "--out", str(out)]) == 0
     assert (out / "last.pt").is_file()
+    assert parse_weights("\u0660,1", 2) == (0.0, 1.0)
+    with pytest.raises(ValueError, match="below the smallest float"):
+        parse_weights("\u0661e-400,1", 2)  # Arabic-Indic digits, which float() reads
