@@ -83,8 +83,10 @@ def size_schedule_file(args: argparse.Namespace) -> object:
     try:
         fd = open_regular(path, what="size schedule", fix="write the schedule to a file and give its path")
         with os.fdopen(fd, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            raw = fh.read(SCHEDULE_MAX_BYTES + 1) if size <= SCHEDULE_MAX_BYTES else b""
+            size = os.fstat(fh.fileno()).st_size  # read(n) allocates n bytes first: n is the file's size
+            raw = fh.read(size + 1) if size <= SCHEDULE_MAX_BYTES else b""
+            if size < len(raw) <= SCHEDULE_MAX_BYTES:  # it grew since: the rest, up to the bound
+                raw += fh.read(SCHEDULE_MAX_BYTES + 1 - len(raw))
     except BadDatasetFile as exc:
         raise ValueError(f"{where} {exc.reason}") from None
     except OSError as exc:  # a missing file, permission denied

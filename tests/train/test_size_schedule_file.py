@@ -90,17 +90,22 @@ def read(path) -> object:
 
 
 @pytest.mark.forked  # tracemalloc in a child with one thread (tests/forked.py)
-def test_a_1_gb_schedule_is_refused_unread(tmp_path):
-    """Row 5: a 1 GB file was read whole (2.2 GB); it is refused from its size, nothing read."""
+def test_a_1_gb_schedule_is_refused_unread_and_a_small_one_read_in_small_memory(tmp_path):
+    """Row 5: a 1 GB file was read whole (2.2 GB); it is refused from its size, nothing read. A 30-byte
+    schedule is read into its size, not into a buffer of the bound (read(4 MB + 1) allocates 4 MB)."""
     plant(tmp_path / "big.json", "1 GB")
+    (tmp_path / "small.json").write_text('{"0": 160, "10": 192}')
     tracemalloc.start()
     try:
         with pytest.raises(ValueError, match="over the 4,194,304 bytes"):
             read(tmp_path / "big.json")
-        peak = tracemalloc.get_traced_memory()[1]
+        big = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        assert read(tmp_path / "small.json") == {"0": 160, "10": 192}
+        small = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 1 << 20, peak
+    assert big < 1 << 20 and small < 1 << 20, (big, small)
 
 
 def test_200000_alternating_sizes_cost_linear_work(tmp_path, monkeypatch):
