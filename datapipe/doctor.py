@@ -17,6 +17,7 @@ import torch
 
 from .backends import dali_installed
 from .bench.advice import machine_advice, measure_format
+from .doctor_bench import fitted, train_records
 from .formats import read_manifest
 from .formats.wds_foreign import shard_folder
 from .resources import available_cpus, cgroup_cpu_limit, cpus_per_rank
@@ -225,7 +226,7 @@ def _faster(data: str) -> str:
     if (manifest is not None and manifest.format == "wds") or (Path(data).is_dir() and shard_folder(data)):
         return "these are WebDataset shards already (sequential reads): copy them to local NVMe"
     return ("pack into WebDataset shards (sequential reads) or copy the data to local NVMe; "
-            + measure_format(shlex.quote(redact(data))))
+            + fitted(measure_format(shlex.quote(redact(data))), "read,pipeline", train_records(data), _device()))
 
 
 def diagnose(data: str | Path | None, env: Mapping[str, str], *, probe: DiskProbe = DiskProbe()) -> list[Check]:
@@ -274,12 +275,19 @@ def diagnose(data: str | Path | None, env: Mapping[str, str], *, probe: DiskProb
     return checks
 
 
+def _device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def advice_checks(data: str | Path | None) -> list[Check]:
     """datapipe's default for each knob `datapipe bench` measures (bench/advice.py, the table bench's
-    verdicts fall back to), each with the bench command that measures it on this machine."""
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    verdicts fall back to), each with the bench command that measures it on this machine and DATA
+    (doctor_bench.fitted: one that runs on DATA as printed)."""
+    device = _device()
     shown = shlex.quote(redact(str(data))) if data is not None else None
-    return [Check(f"default_{a.knob}", f"{a.setting} ({a.why})", "info", a.measure(shown))
+    records = train_records(str(data)) if data is not None else None
+    return [Check(f"default_{a.knob}", f"{a.setting} ({a.why})", "info", fitted(a.measure(shown), a.suites, records,
+                                                                                 device))
             for a in machine_advice(device, remote=data is not None and is_url(data))]
 
 

@@ -102,3 +102,19 @@ def test_doctor_prints_no_control_character_of_a_path(tmp_path):
                           timeout=300)
     assert done.returncode == 0 and "\x1b" not in done.stdout and "\x07" not in done.stdout
     assert "d\\x1b[2J\\x07" in done.stdout
+
+
+def test_a_bench_command_is_fitted_to_the_datas_length():
+    """bench times a figure only over a long enough window (bench/sanity.py) and exits 2 where no row has one:
+    the doctor's command takes a batch that fits, or gives way to a line saying what bench needs."""
+    import torch
+
+    from datapipe.doctor_bench import DEFAULTS, batches_needed, fitted
+
+    cpu, hint = torch.device("cpu"), "measure it: datapipe bench D --suites pipeline"
+    needed = batches_needed("pipeline", cpu)
+    assert fitted(hint, "pipeline", None, cpu) == hint == fitted(hint, "pipeline", needed * DEFAULTS.batch_size, cpu)
+    assert fitted(hint, "pipeline", needed * 3 + 1, cpu).endswith(f"{hint} --batch-size 3")
+    too_few = fitted(hint, "pipeline", needed - 1, cpu)
+    assert "datapipe bench" not in too_few and f"needs {needed:,} batches" in too_few
+    assert batches_needed("loader", cpu) > needed > batches_needed("decode", cpu)
