@@ -3,6 +3,7 @@ or yours), and a run's sizes as plain data (`datapipe train`: run_sizes)."""
 from __future__ import annotations
 
 import bisect
+import itertools
 import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -198,6 +199,15 @@ def size_steps(sizes: "int | dict[int, int]") -> "int | SizeSteps":
 def last_size(sizes: "int | dict[int, int]") -> int:
     """The size a run_sizes value ends at."""
     return sizes if isinstance(sizes, int) else sizes[max(sizes)]
+
+
+def sizes_text(sizes: "int | dict[int, int]", most: int = 8) -> str:
+    """run_sizes' value for a log line: whole when short, else its first `most` changes, their count and
+    the last (a schedule changing at each of 200,000 epochs is not a 2 MB line)."""
+    if isinstance(sizes, int) or len(sizes) <= most:
+        return str(sizes)
+    first = ", ".join(f"{epoch}: {size}" for epoch, size in itertools.islice(sizes.items(), most))
+    return f"{{{first}, ...}} ({len(sizes):,} changes; {last_size(sizes)} from epoch {max(sizes):,})"
 
 
 def _check_length(count: int, what: str, name: str) -> None:

@@ -12,7 +12,8 @@ import pytest
 
 from datapipe import make_loader
 from datapipe.augment import resolution
-from datapipe.augment.resolution import MAX_SCHEDULE_EPOCHS, SizeRamp, SizeSteps, run_sizes, size_schedule
+from datapipe.augment.resolution import (MAX_SCHEDULE_EPOCHS, SizeRamp, SizeSteps, run_sizes, size_schedule,
+                                         sizes_text)
 from datapipe.train.config import TrainConfig
 
 N = 10**6
@@ -56,6 +57,14 @@ def test_the_change_points_keep_the_first_epoch_of_each_size():
     assert run_sizes([160, 160, 192, 192, 160], 9) == {0: 160, 2: 192, 4: 160}
     assert run_sizes({"4": 192, "0": 160, "2": 160}, 9) == {0: 160, 4: 192}
     assert run_sizes([224] * 1000, 9) == 224
+
+
+def test_a_schedules_log_text_is_short_whatever_its_length():
+    """What a log line shows of run_sizes' value (the whole {0: 32, 1: 40, ...} of 200,000 changes was 2.3 MB)."""
+    assert sizes_text(224) == "224" and sizes_text({0: 160, 10: 192}) == "{0: 160, 10: 192}"
+    text = sizes_text(run_sizes([32, 40] * 100_000, 1))
+    assert text == ("{0: 32, 1: 40, 2: 32, 3: 40, 4: 32, 5: 40, 6: 32, 7: 40, ...} (200,000 changes; 40 from "
+                    "epoch 199,999)")
 
 
 def test_a_ramp_is_read_a_few_times_a_size_whatever_the_run():
