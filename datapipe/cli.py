@@ -431,7 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args)
     except (ValueError, ImportError, ExpectedError) as exc:
-        print(redact(f"datapipe {args.command}: error: {exc}"), file=sys.stderr)
+        print(_shown(redact(f"datapipe {args.command}: error: {exc}")), file=sys.stderr)
         return 2
     except OSError as exc:  # permission denied, disk full, a path that is a file: the system's words
         where = f" ({exc.filename})" if exc.filename else ""
@@ -439,8 +439,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "convert" and staging_exists(args.dst):
             kept = (f"; the finished part is kept: fix this, then `datapipe convert {_quoted(args.src)} "
                     f"{_quoted(args.dst)} --resume`")
-        print(redact(f"datapipe {args.command}: error: {exc.strerror or exc}{where}{kept}"), file=sys.stderr)
+        print(_shown(redact(f"datapipe {args.command}: error: {exc.strerror or exc}{where}{kept}")), file=sys.stderr)
         return 1
+
+
+def _shown(message: str) -> str:
+    """An error as the terminal gets it: a name from a dataset or a file cannot move the cursor, retitle
+    or clear it (control characters shown as escapes, line breaks kept), nor fill the screen (cut)."""
+    from .inspect import plain
+    return "\n".join(plain(line, limit=2000) for line in message.split("\n")[:20])
 
 
 def staging_exists(dst: str) -> bool:

@@ -84,7 +84,8 @@ def refuse_another_order(state: dict[str, Any], mid_epoch: bool, shuffle: bool) 
 def refuse_mix_state(state: dict[str, Any]) -> None:
     """A state saved over a Mix counts positions in the mix's epoch, not this dataset's."""
     if "mix" in state:
-        raise ValueError(f"cannot resume: the state was saved by a loader over a Mix of {state['mix'].get('names')}, "
+        names = state["mix"].get("names") if isinstance(state["mix"], dict) else None
+        raise ValueError(f"cannot resume: the state was saved by a loader over a Mix of {names}, "
                          "this loader reads one dataset; resume with the Mix it was saved with")
 
 
@@ -146,7 +147,7 @@ class EpochOrder:
 
     start = 0  # the position an epoch starts from
 
-    def encode(self, offset: int) -> int:
+    def encode(self, offset: int, epoch: int | None = None) -> int:
         return int(offset)
 
     def decode(self, value: Any) -> int:
@@ -312,7 +313,7 @@ class ShardOrder:
         piece = self._piece(self._remaining(segments), self.shard.world_size)
         return segments + ((self.shard.world_size, min(piece, consumed + batches * self.batch_size)),)
 
-    def encode(self, position: tuple[Segment, ...]) -> list[list[int]]:
+    def encode(self, position: tuple[Segment, ...], epoch: int | None = None) -> list[list[int]]:
         return [[int(w), int(c)] for w, c in position]
 
     def decode(self, value: Any) -> tuple[Segment, ...]:

@@ -34,9 +34,7 @@ RUNS = {"threads-2": dict(backend="threads", num_workers=2),
         "dali": dict(backend="dali", num_workers=2)}
 
 
-@pytest.mark.parametrize("run", [r if r != "dali" else pytest.param(r, marks=pytest.mark.xfail(
-    strict=True, reason="needs DaliLoader._position to send the epoch: self.order.encode(offset, epoch)"))
-    for r in sorted(RUNS)])
+@pytest.mark.parametrize("run", sorted(RUNS))
 def test_the_weights_function_is_asked_once_an_epoch_in_the_main_process(packed_lmdb, packed_wds, tmp_path, run):
     if run == "dali":
         pytest.importorskip("nvidia.dali")

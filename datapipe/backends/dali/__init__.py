@@ -203,11 +203,11 @@ class DaliLoader(Loader):
         size = self.image_size_at(epoch)
         if self._pipe is None:
             self._dali_epoch = 0
-            self.table.write(0, epoch, self.order.encode(offset), size=size)
+            self.table.write(0, epoch, self.order.encode(offset, epoch), size=size)
             self._build()
             return
         self._dali_epoch += 1
-        self.table.write(self._dali_epoch, epoch, self.order.encode(offset), size=size)
+        self.table.write(self._dali_epoch, epoch, self.order.encode(offset, epoch), size=size)
         self.table.stop(self._dali_epoch - 1)
         drained = 0
         try:
