@@ -12,7 +12,7 @@ from ..formats import open_dataset
 from ..resources import available_cpus
 from ..storage import redact
 from .pool import ray_session
-from .sanity import beyond_decode
+from .sanity import beyond_decode, name_of
 from .settle import settle
 from .suites import SUITES, BenchOptions, Case, Row
 from .window import NoBatchLeft, Timing
@@ -46,6 +46,8 @@ def _run_cases(sources: list[str | Path], options: BenchOptions, suites: tuple[s
         ds = open_dataset(source, options.split, cache_dir=options.cache_dir, cache_limit=options.cache_limit)
         for suite in suites:
             cases += SUITES[suite](redact(source), ds, options, device)  # rows, logs and JSON show no secret
+        for case in cases:
+            case.records = len(ds) if case.records is None else case.records
     results: dict[int, list[Timing]] = {id(c): [] for c in cases}
     runnable = [c for c in cases if c.run is not None]
     with tqdm(total=options.repeats * len(runnable), desc="bench", unit="run", disable=not progress) as bar:
@@ -54,7 +56,7 @@ def _run_cases(sources: list[str | Path], options: BenchOptions, suites: tuple[s
                 if case.run is None:  # it failed in an earlier repeat
                     bar.update(1)
                     continue
-                bar.set_postfix_str(f"repeat {repeat + 1}/{options.repeats}: {Path(case.data).name} {case.suite} "
+                bar.set_postfix_str(f"repeat {repeat + 1}/{options.repeats}: {name_of(case.data)} {case.suite} "
                                     f"{case.backend}", refresh=False)
                 log.debug("bench repeat %d/%d: %s %s %s", repeat + 1, options.repeats, case.data, case.suite,
                           case.backend)
@@ -67,7 +69,7 @@ def _run_cases(sources: list[str | Path], options: BenchOptions, suites: tuple[s
                     case.run = None
                 except Exception as exc:  # e.g. DALI's plain pipeline stops at a corrupt file: that row only
                     case.run, case.note = None, f"failed: {first_line(exc)}"
-                    log.warning("bench: %s %s %s %s", Path(case.data).name, case.suite, case.backend, case.note)
+                    log.warning("bench: %s %s %s %s", name_of(case.data), case.suite, case.backend, case.note)
                 settle()  # work the run left in flight must not slow the next row (settle.py)
                 bar.update(1)
     return [case.row(results[id(case)], options) for case in cases]

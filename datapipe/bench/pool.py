@@ -79,7 +79,11 @@ class _Run:
 
     @staticmethod
     def _batches(loader: Any, repeat: int) -> Iterator[Any]:
-        loader.pool.wait_up()
+        size = loader.pool.size
+        up = loader.pool.wait_up()
+        if up < size:  # a row named "ray p=8" must time 8 actors
+            raise RuntimeError(f"only {up} of the pool's {size} actors started in time"
+                               f"{f' ({loader.pool.last_error})' if loader.pool.last_error else ''}")
         loader.set_epoch(repeat)
         yield from loader
 
@@ -90,12 +94,17 @@ class _Run:
         return next(self.batches)
 
     def close(self) -> None:
+        """Stop the pool; a run whose batches were decoded here (the loader's fallback) is no pool's figure."""
         try:
             self.batches.close()
         finally:
             got = received(self.loader)
             self.runs.total = (self.runs.total[0] + got[0], self.runs.total[1] + got[1])
+            fallback, why = getattr(self.loader, "local_batches", 0), self.loader.pool.last_error
             self.loader.close()
+        if fallback:
+            raise RuntimeError(f"the pool could not run{f' ({why})' if why else ''}: {fallback} batches were "
+                               "decoded in this process instead")
 
 
 def _actor_cpu_s(actor: Any) -> float:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..storage.redaction import redact_json
-from .sanity import LOADER_SUITES
+from .sanity import LOADER_SUITES, name_of
 from .suites import Row
 from .verdicts import RULE, Verdict
 
@@ -43,7 +43,7 @@ def table(rows: list[Row]) -> str:
         cells = [_cell(r.mb_per_s, 8, 1), _cell(ratio, 8, 2), _cell(r.data_wait_pct, 6, 1),
                  _cell(r.bytes_per_image or None, 7, 1, 1e3), _cell(r.trainer_cpu_ms_per_image, 18, 2),
                  _cell(r.pool_cpu_ms_per_image, 15, 2)]
-        line = f"{Path(r.data).name[:22]:22} {r.format[:7]:7} {r.suite:9} {r.backend[:18]:18} {rate:>8} "
+        line = f"{name_of(r.data)[:22]:22} {r.format[:7]:7} {r.suite:9} {r.backend[:18]:18} {rate:>8} "
         lines.append((line + " ".join(cells) + (f"  {r.note}" if r.note else "")).rstrip())
     return "\n".join(lines)
 

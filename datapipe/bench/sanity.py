@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..inspect import plain
 from .window import DRAIN_BATCHES, Timing
 
 if TYPE_CHECKING:
@@ -31,14 +32,21 @@ LOADER_SUITES = ("baseline", "pipeline", "loader")
 CPU_DECODERS = ("threads", "dataloader", "prefetch", "naive-imagefolder")  # + DALI's rows without CUDA
 
 
+def name_of(data: str) -> str:
+    """A dataset's name as a terminal line shows it (a folder named with escapes prints them as text)."""
+    return plain(Path(data).name, 60)
+
+
 def records_needed(workers: int, opts: BenchOptions) -> int:
     """Records an epoch needs for a window of opts.min_batches batches per worker after the warm-up."""
     return (opts.min_batches * max(1, workers) + opts.warmup + DRAIN_BATCHES) * opts.batch_size
 
 
-def too_short(timings: Sequence[Timing], workers: int, opts: BenchOptions) -> tuple[str, int | None] | None:
-    """(the row's note, records needed or None where more seconds are) when a run's window held under
-    opts.min_batches batches per worker (`workers` 0: a suite without look-ahead, which needs 1 batch)."""
+def too_short(timings: Sequence[Timing], workers: int, opts: BenchOptions,
+              records: int | None = None) -> tuple[str, int | None] | None:
+    """(the row's note, records needed or None where more records are not the fix) when a run's window
+    held under opts.min_batches batches per worker (`workers` 0: a suite without look-ahead, which needs
+    1 batch). `records`: the dataset's, to tell a short dataset from a loader that skipped records."""
     counted = [t for t in timings if t.batches is not None]
     if not counted:
         return None
@@ -49,7 +57,11 @@ def too_short(timings: Sequence[Timing], workers: int, opts: BenchOptions) -> tu
         return None
     timed = f"{round(per_worker, 1):g} batches per worker timed" if workers else f"{worst.batches} batches timed"
     if any(t.ended for t in counted if t.batches / max(1, workers) < need):
-        records = records_needed(workers, opts) if workers else (opts.warmup + DRAIN_BATCHES + 1) * opts.batch_size
+        needed = records_needed(workers, opts) if workers else (opts.warmup + DRAIN_BATCHES + 1) * opts.batch_size
+        if records is not None and records >= needed:
+            return (f"too short: {timed}, needs >= {need}; its {records:,} records would give enough: the loader "
+                    "skipped most as unreadable"), None
+        records = needed
         who = f" and {workers} worker{'s' if workers > 1 else ''}" if workers else ""
         return (f"too short: {timed}, needs >= {need}: >= {records:,} records at batch {opts.batch_size}{who}, "
                 "or a smaller --batch-size"), records
@@ -80,7 +92,7 @@ def short_data_lines(rows: list[Row]) -> list[str]:
     for r in rows:
         if r.needs_records:
             needs[r.data].append(r.needs_records)
-    return [f"{Path(data).name} is too short to time {len(n)} row(s): they need >= {max(n):,} records at this "
+    return [f"{name_of(data)} is too short to time {len(n)} row(s): they need >= {max(n):,} records at this "
             f"--batch-size, or a smaller --batch-size (their notes say why)" for data, n in needs.items()]
 
 
@@ -95,5 +107,5 @@ def no_figure(rows: list[Row]) -> str | None:
         notes[r.note].append(r)
     note, same = max(notes.items(), key=lambda kv: len(kv[1]))
     first = same[0]
-    return (f"no row produced a figure; {len(same)} of {len(rows)} rows say, like {Path(first.data).name} "
+    return (f"no row produced a figure; {len(same)} of {len(rows)} rows say, like {name_of(first.data)} "
             f"{first.suite} {first.backend}: {note or 'no runs'}")

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..augment.resolution import check_image_size
 from ..backends import make_loader
 from ..backends.threads import THREAD_PREFIX
 from ..decode import decode_rgb
@@ -71,12 +72,13 @@ class BenchOptions:
             raise ValueError(f"unknown backends {sorted(unknown)}; choose from {', '.join(BACKENDS)}")
         if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in self.pool_workers):
             raise ValueError(f"pool_workers must be pool sizes >= 1, e.g. (1, 2); got {self.pool_workers!r}")
-        if self.repeats < 1 or self.seconds <= 0 or self.batch_size < 1 or self.warmup < 0 or self.min_batches < 1:
+        if self.repeats < 1 or not self.seconds > 0 or self.batch_size < 1 or self.warmup < 0 or self.min_batches < 1:
             raise ValueError("repeats, batch_size and min_batches must be >= 1, seconds > 0, warmup >= 0; got "
                              f"repeats={self.repeats}, batch_size={self.batch_size}, min_batches={self.min_batches}, "
                              f"seconds={self.seconds}, warmup={self.warmup}")
-        if self.simulate_step_ms < 0:
+        if not self.simulate_step_ms >= 0:  # NaN too
             raise ValueError(f"simulate_step_ms must be >= 0, got {self.simulate_step_ms}")
+        check_image_size(self.image_size)  # the decode suite resizes to it without a loader's check
 
 
 @dataclass
@@ -116,6 +118,7 @@ class Case:
     knobs: dict[str, str] = field(default_factory=dict)  # knob -> the setting this case measures (verdicts.py)
     defaults: list[str] = field(default_factory=list)  # knobs whose setting here is datapipe's default (advice.py)
     workers: int = 0
+    records: int | None = None  # the dataset's (run_bench sets it)
 
     def row(self, results: list[Timing], opts: "BenchOptions") -> Row:
         """The median figures, or a row that says why it has none (skipped, failed, too short)."""
@@ -123,7 +126,7 @@ class Case:
         head = (self.data, self.format, self.suite, self.backend)
         counted = [t.batches for t in results if t.batches is not None]
         per_worker = min(counted) / max(1, self.workers) if counted and self.workers else None
-        short = too_short(results, self.workers, opts) if not self.note else None
+        short = too_short(results, self.workers, opts, self.records) if not self.note else None
         if self.note or short or not results:
             note, needs = short or (self.note, None)
             return Row(*head, 0.0, note=note, **labels, batches_per_worker=per_worker, needs_records=needs)
@@ -184,6 +187,10 @@ def suite_decode(name: str, ds: Dataset, opts: BenchOptions, device: torch.devic
     def view_batches(repeat: int, region: bool):
         return (train_views(first, repeat, region) for first in range(0, len(blobs), opts.batch_size))
 
+    if not blobs:
+        note = f"skipped: none of the first {min(len(ds), 512):,} records decodes"
+        return [Case(name, ds.format, "decode", label, None, note=note)
+                for label in ("pil-1-core", "train-view-whole")]
     cases = [Case(name, ds.format, "decode", "pil-1-core", timed(pil_batches, len, opts, device, step=False))]
     for region in (False, True) if region_decoder_available() else (False,):
         run = timed(lambda repeat, region=region: view_batches(repeat, region), len, opts, device, step=False)

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from pathlib import Path
 
+from .sanity import name_of
 from .suites import Row
 
 MIN_EFFECT = 0.03
@@ -143,7 +143,7 @@ def _compare(rows: list[Row], group: list[int], spec: Spec) -> list[Verdict]:
     for i in judged:
         repeats = min(len(rows[i].runs), len(rows[ref].runs))
         why = "" if judged[i][3] != "unsure" else "one repeat" if repeats < 2 else "spread too wide"
-        found.append(Verdict(rows[i].suite, spec.knob, Path(rows[i].data).name, setting[i], setting[ref], *judged[i],
+        found.append(Verdict(rows[i].suite, spec.knob, name_of(rows[i].data), setting[i], setting[ref], *judged[i],
                              repeats=repeats, recommend=setting[chosen], row=i, reference_row=ref, advice=advice,
                              why=why))
     return found

@@ -7,10 +7,10 @@ import torch
 
 from datapipe.bench import BenchOptions, run_bench
 from datapipe.bench.report import document, table
-from datapipe.bench.sanity import beyond_decode, no_figure, records_needed, short_data_lines
+from datapipe.bench.sanity import beyond_decode, no_figure, records_needed, short_data_lines, too_short
 from datapipe.bench.suites import Case, Row
-from datapipe.bench.verdicts import verdicts
-from datapipe.bench.window import timed
+from datapipe.bench.verdicts import verdict_table, verdicts
+from datapipe.bench.window import Timing, timed
 from tests.processes import deadline
 
 
@@ -115,3 +115,47 @@ def test_a_dataset_shorter_than_the_warm_up_is_too_short_not_failed(packed_lmdb)
     assert row.note == ("too short: 0 batches per worker timed, needs >= 50: >= 3,456 records at batch 64 and "
                         "1 worker, or a smaller --batch-size")
     assert row.needs_records == 3456 and row.images_per_s == 0.0
+
+
+def test_a_loader_that_skipped_most_records_is_not_called_a_short_dataset():
+    opts = BenchOptions(batch_size=8, seconds=60, repeats=1, warmup=2)
+    note, needs = too_short([Timing(100.0, 0.0, 1.0, None, 3, True)], 1, opts, records=10_000)
+    assert needs is None and note == ("too short: 3 batches per worker timed, needs >= 50; its 10,000 records would "
+                                      "give enough: the loader skipped most as unreadable")
+    assert too_short([Timing(100.0, 0.0, 1.0, None, 3, True)], 1, opts, records=100)[1] == 432
+
+
+def test_bench_refuses_nan_seconds():
+    """--seconds nan timed nothing and then said the data was too short."""
+    with pytest.raises(ValueError, match="seconds > 0"):
+        BenchOptions(seconds=float("nan"))
+    with pytest.raises(ValueError, match="simulate_step_ms must be >= 0"):
+        BenchOptions(simulate_step_ms=float("nan"))
+
+
+def test_bench_refuses_an_image_size_the_loaders_refuse():
+    """The decode suite resized to --image-size without the loaders' check: 0 gave figures, 100000 a
+    30 GB tensor per image."""
+    for size in (0, 100_000):
+        with pytest.raises(ValueError, match="image_size must be within 8..8192"):
+            BenchOptions(image_size=size)
+
+
+def test_names_with_terminal_escapes_print_as_text():
+    data = "/x/\x1b[2J\x1b[31mred\x07.lmdb"
+    rows = [Row(data, "lmdb", "pipeline", "threads", 0.0, note="too short: x", needs_records=832),
+            Row(data, "lmdb", "read", "-", 10.0, runs=[10.0, 10.0], knobs={"format": "lmdb"}),
+            Row("/x/f", "folder", "read", "-", 5.0, runs=[5.0, 5.0], knobs={"format": "folder"})]
+    shown = "\n".join([table(rows), *short_data_lines(rows), no_figure(rows[:1]), verdict_table(verdicts(rows))])
+    assert "\x1b" not in shown and "\x07" not in shown and "\\x1b[2J\\x1b[31mred\\x07.lmdb" in shown
+
+
+def test_data_that_never_decodes_is_said_so(tmp_path):
+    for k in range(40):  # a PNG signature over zeros: scanned as images, decoded by none
+        folder = tmp_path / "bad" / "train" / f"c{k % 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{k}.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
+    options = BenchOptions(backends=("threads",), batch_size=8, image_size=32, repeats=1, workers=1, seconds=60)
+    with deadline(300):
+        rows = run_bench([tmp_path / "bad"], options, suites=("decode",))
+    assert {r.note for r in rows} == {"skipped: none of the first 40 records decodes"}

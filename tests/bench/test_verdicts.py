@@ -152,17 +152,18 @@ def test_plot_has_a_legend_and_the_verdict_words(tmp_path):
     assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_doctor_advises_what_bench_recommends_when_nothing_measures_better(packed_lmdb):
-    """Doctor prints datapipe's default for every knob bench measures and how to measure it; a real
-    bench run marks those same settings as the default rows, and where every setting measured the
-    same (injected runs) bench's verdicts recommend exactly doctor's settings."""
+def test_doctor_advises_what_bench_recommends_when_nothing_measures_better(packed_lmdb, long_lmdb):
+    """Doctor prints datapipe's default for every knob bench measures and how to measure it (on data
+    long enough to: doctor_bench.py); a real bench run marks those same settings as the default rows,
+    and where every setting measured the same (injected runs) bench's verdicts recommend exactly
+    doctor's settings."""
     device = torch.device("cpu")
-    checks = {c.name: c for c in diagnose(packed_lmdb, {})}
+    checks = {c.name: c for c in diagnose(long_lmdb, {})}
     advice = {a.knob: a for a in machine_advice(device)}
     for knob, a in advice.items():
         check = checks[f"default_{knob}"]
         assert check.value.startswith(f"{a.setting} (")
-        assert f"datapipe bench {packed_lmdb} --suites {a.suites}" in check.hint
+        assert f"datapipe bench {long_lmdb} --suites {a.suites}" in check.hint
     options = BenchOptions(backends=("threads", "dataloader"), batch_size=4, image_size=32, seconds=60, repeats=2,
                            warmup=0, min_batches=1)  # which rows are defaults, not figures: the short fixture does
     with deadline(300):
