@@ -9,7 +9,9 @@ and touches it every HEARTBEAT_S.
   while it was touched in the last STALE_S, as the shard cache judges other hosts' downloads.
 A second writer is refused in one line naming the holder; a dead holder's lock is taken over. The
 file is opened without following a link (durable.open_own): a link planted at its path is refused,
-never written through.
+never written through. Whoever can write the folder can write the file: at most LOCK_BYTES of it are
+read, and each field it names is shown escaped (no control character reaches a terminal) and cut
+to FIELD_CHARS.
 """
 from __future__ import annotations
 
@@ -27,9 +29,12 @@ from pathlib import Path
 
 from .durable import open_own
 from .errors import ExpectedError
+from .inspect import plain
 
 HEARTBEAT_S = 30.0  # the holder touches its lock this often
 STALE_S = 600.0  # another host's lock untouched this long is taken for dead
+LOCK_BYTES = 4096  # a lock this process writes is ~100 bytes; a larger file is not read as one
+FIELD_CHARS = 64  # a field of a lock shown in a message is cut to this
 clock = time.time  # what "now" is when a lock's age is judged (tests inject their own)
 log = logging.getLogger(__name__)
 _held: set[int] = set()  # descriptors of the locks this process holds
@@ -52,14 +57,22 @@ os.register_at_fork(after_in_child=_close_in_child)
 
 
 def describe(holder: dict) -> str:
-    return f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, started {holder.get('since', '?')}"
+    """"host H, pid P, started S", each field as read from a lock file that anyone who can write its
+    folder may have written: escaped and cut (inspect.plain)."""
+    return ", ".join(f"{label} {plain(holder.get(key, '?'), FIELD_CHARS)}"
+                     for label, key in (("host", "host"), ("pid", "pid"), ("started", "since")))
 
 
 def _read(fd: int) -> dict:
+    """The lock's fields; {} for a file that is not a small JSON object (too long, not UTF-8, nested
+    past the parser's depth)."""
     os.lseek(fd, 0, os.SEEK_SET)
+    data = os.read(fd, LOCK_BYTES + 1)
+    if len(data) > LOCK_BYTES:
+        return {}
     try:
-        body = json.loads(os.read(fd, 65536).decode() or "{}")
-    except (ValueError, UnicodeDecodeError):
+        body = json.loads(data.decode() or "{}")
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return {}
     return body if isinstance(body, dict) else {}
 

@@ -3,6 +3,7 @@
 taken over; temp files carry names of their own, so two writers of one file never share one."""
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -86,3 +87,41 @@ def test_a_failed_write_removes_its_temp_file_and_keeps_the_old_version(tmp_path
         fh.write(b"half")
         raise RuntimeError("killed mid-write")
     assert target.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
+
+
+ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x1b[H\u202e"  # retitle the terminal, clear it, home, right-to-left override
+
+
+def planted(out: Path, **fields) -> Path:
+    """OUT/train.lock as another host's live run would have it (fresh), holding `fields`."""
+    out.mkdir(parents=True, exist_ok=True)
+    lock = out / LOCK_NAME
+    lock.write_text(json.dumps({"host": "node-b", "pid": 4242, "since": "2026-11-25T10:00:00+00:00", **fields}))
+    return lock
+
+
+def test_a_hostile_locks_fields_are_shown_escaped_and_cut(tmp_path):
+    """#47 row 8: a group-writable --out whose train.lock fields are terminal escapes: the refusal is one
+    short line with every field escaped and cut to 64 characters (it printed them raw)."""
+    out = tmp_path / "run"
+    planted(out, host=ESCAPES * 60 + "node-b", pid=ESCAPES * 20, since=["x" * 100])
+    assert (out / LOCK_NAME).stat().st_size < 4096  # read as a lock: the refusal names the holder
+    done = subprocess.run([sys.executable, "-m", "datapipe", "train", str(IMAGEFOLDER), "--out", str(out),
+                           "--epochs", "1"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert f"another training run with --out {out} is running (host \\x1b]0;pwned\\x07" in line
+    assert line.isprintable() and len(line) < 2 * len(str(out)) + 400, line
+    assert "pid \\x1b]0;pwned" in line and "started ['xxxx" in line
+
+
+def test_a_lock_file_of_60_kb_is_not_read_as_a_lock(tmp_path, caplog):
+    """A lock is ~100 bytes: a 60 KB one (a 60 KB host field of escapes) is not one this code wrote; it
+    is read no further than 4 KB, named nowhere, and the run takes the folder (the old code refused it,
+    printing the 60 KB field whole)."""
+    out = tmp_path / "run"
+    lock = planted(out, host=ESCAPES * (62_000 // len(json.dumps(ESCAPES))))
+    assert 58_000 < lock.stat().st_size < 65_536  # whole within the old reader's 64 KiB
+    with out_lock(out, DistEnv()):
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+    assert all(len(r.getMessage()) < 400 and "\x1b" not in r.getMessage() for r in caplog.records)
