@@ -284,7 +284,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("data", nargs="+", help="packed dataset or image folder (train split; val split evaluated if "
                                            "present); several (NAME=PATH or a path) with --weights: their mix")
     add_mix_arguments(p)
-    p.add_argument("--model", choices=["resnet18", "resnet34", "resnet50", "resnet101"], help="default: resnet50")
+    p.add_argument("--model", metavar="NAME", help="resnet18|34|50|101, deit_tiny|small|base (or timm's names: "
+                   "deit_small_patch16_224, vit_small_patch16_224, ...), timm/NAME or torchvision/NAME where that "
+                   "package is installed; default: resnet50")
     p.add_argument("--epochs", type=int, help="default: 1")
     p.add_argument("--batch-size", type=int, help="per GPU (per process); default: 256")
     p.add_argument("--opt", choices=["sgd", "adamw"], help="default: sgd (momentum 0.9); adamw: no weight decay on "

@@ -18,6 +18,7 @@ from typing import Any
 from ..augment.recipe import PRESETS, Recipe, preset_sizes, resolve_recipe
 from ..augment.resolution import SizeSteps, check_image_size, last_size, run_sizes, size_steps
 from ..checks import MAX_SEED, integer, real
+from .models import resolve_model
 
 AMP_MODES = ("bf16", "fp16", "off")
 # Per optimizer: (lr, weight_decay) when not given. SGD: the loop's historical values (Goyal et al.);
@@ -91,6 +92,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self._check_numbers()
+        object.__setattr__(self, "model", resolve_model(self.model))  # an alias as its name; timm/NAME installed
         if self.opt not in OPTIMIZERS:
             raise ValueError(f"opt must be one of {sorted(OPTIMIZERS)}, got {self.opt!r}")
         lr, weight_decay = OPTIMIZERS[self.opt]

@@ -1,15 +1,22 @@
-"""ResNet-18/34/50/101 (He et al. 2016) without torchvision: the torchvision layout, with the last
-BatchNorm of every residual block initialised to zero (each block starts as the identity, Goyal et
-al. 2017), and optional activation checkpointing per block for large models."""
+"""The reference loop's models, by name (`--model`): ResNet-18/34/50/101 (He et al. 2016) without
+torchvision, in the torchvision layout, with the last BatchNorm of every residual block initialised to
+zero (each block starts as the identity, Goyal et al. 2017); DeiT-Ti/S/B (datapipe.train.vit, timm's
+names as aliases); and `timm/NAME` or `torchvision/NAME` built by that package where it is installed.
+Activation checkpointing per block for large models."""
 from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
+import importlib.util
 from collections.abc import Iterator
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+
+from ..checks import shown
+from .vit import DEIT, check_sizes, deit
 
 
 def _conv_bn(cin: int, cout: int, k: int, stride: int = 1) -> list[nn.Module]:
@@ -106,10 +113,62 @@ ARCHITECTURES = {
     "resnet50": (Bottleneck, [3, 4, 6, 3]),
     "resnet101": (Bottleneck, [3, 4, 23, 3]),
 }
+MODELS = (*ARCHITECTURES, *DEIT)
+# timm's names of the same architectures (its vit_*_patch16_224 are DeiT's layout: DeiT trained them anew)
+ALIASES = {f"{prefix}_{size}_patch16_224": f"deit_{size}" for prefix in ("deit", "vit") for size in ("tiny", "small", "base")}
+PACKAGES = ("timm", "torchvision")  # --model PACKAGE/NAME
 
 
-def build_model(name: str, num_classes: int, *, checkpoint_activations: bool = False) -> ResNet:
-    if name not in ARCHITECTURES:
-        raise ValueError(f"unknown model {name!r}; choose one of {sorted(ARCHITECTURES)}")
+def resolve_model(name: str) -> str:
+    """--model's canonical name (an alias as the name it stands for), or a one-line ValueError: an
+    unknown name, or PACKAGE/NAME where that package is not installed. Imports nothing heavy."""
+    if not isinstance(name, str):
+        raise ValueError(f"model must be a name such as resnet50 or deit_small, got {shown(name)}")
+    name = ALIASES.get(name, name)
+    if name in MODELS:
+        return name
+    package, slash, inner = name.partition("/")
+    if slash and package in PACKAGES:
+        if not inner:
+            raise ValueError(f"--model {package}/NAME needs a model name after the slash, e.g. {package}/resnet50")
+        if importlib.util.find_spec(package) is None:
+            raise ValueError(f"--model {shown(name)} is built by the {package} package, which is not installed: "
+                             f"pip install {package}")
+        return name
+    raise ValueError(f"unknown model {shown(name)}; choose one of {', '.join(MODELS)} (timm's names "
+                     f"deit_small_patch16_224, vit_small_patch16_224 ... too), or timm/NAME or torchvision/NAME")
+
+
+def build_model(name: str, num_classes: int, *, checkpoint_activations: bool = False) -> nn.Module:
+    """The model `name` (resolve_model's names) with a head of `num_classes`."""
+    name = resolve_model(name)
+    if name in DEIT:
+        return deit(name, num_classes, checkpoint_activations=checkpoint_activations)
+    if "/" in name:
+        return _from_package(name, num_classes, checkpoint_activations)
     block, layers = ARCHITECTURES[name]
     return ResNet(block, layers, num_classes, checkpoint_activations)
+
+
+def check_image_sizes(name: str, sizes: list[int]) -> None:
+    """Image sizes the model cannot take, refused before a run starts: a DeiT's must be whole 16 px
+    patches. (A timm/ or torchvision/ model checks its own inputs.)"""
+    if name in DEIT:
+        check_sizes(name, sizes)
+
+
+def _from_package(name: str, num_classes: int, checkpoint_activations: bool) -> nn.Module:
+    """timm.create_model(NAME) or torchvision.models.get_model(NAME), untrained, num_classes outputs."""
+    package, _, inner = name.partition("/")
+    if checkpoint_activations and package == "torchvision":
+        raise ValueError(f"--checkpoint-activations is not available for --model {name}: torchvision's models do "
+                         "not offer it (timm's do)")
+    try:
+        if package == "timm":
+            model = importlib.import_module("timm").create_model(inner, num_classes=num_classes)
+            if checkpoint_activations:
+                model.set_grad_checkpointing(True)
+            return model
+        return importlib.import_module("torchvision.models").get_model(inner, num_classes=num_classes)
+    except (RuntimeError, ValueError, KeyError) as exc:  # their "Unknown model", a bad argument
+        raise ValueError(f"--model {shown(name)}: {package} cannot build it ({shown(str(exc), 120)})") from None
