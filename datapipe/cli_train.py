@@ -40,7 +40,7 @@ def run_train(args: argparse.Namespace) -> int:
     # stop (Slurm's SIGTERM once the job is requeued) is only counted.
     with Preemption().armed() as preemption:
         try:
-            metrics = train(TrainConfig(**{**saved, **given}), env, preemption)
+            train(TrainConfig(**{**saved, **given}), env, preemption)
         except Preempted as stop:
             if env.is_main:
                 print(after_preemption(stop, args, os.environ), file=sys.stderr)
@@ -52,12 +52,7 @@ def run_train(args: argparse.Namespace) -> int:
                 print(f"datapipe train: interrupted (a second Ctrl-C): stopped at once, without a checkpoint of this "
                       f"step; {args.out}/last.pt, if there, is the last one written", file=sys.stderr)
             return INTERRUPTED_EXIT
-    if env.is_main and metrics:
-        last = metrics[-1]
-        acc = f"{last['val_acc']:.3f}" if last["val_acc"] is not None else "n/a"
-        print(f"epoch {last['epoch']}: loss {last['train_loss']:.4f}, val_acc {acc}, "
-              f"{last['images_per_s']:.0f} img/s, data wait {last['data_wait_pct']:.1f}% ({last['backend']})")
-    return 0
+    return 0  # the run's last log line said what it trained, however it ended (datapipe.train.figures)
 
 
 # The most bytes --image-size-schedule reads: a size for each of 100,000 epochs is ~0.6 MB; past it a

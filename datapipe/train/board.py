@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..durable import atomic_write
+from ..inspect import counted
 
 log = logging.getLogger("datapipe.train")
 AUTO, OFF = "auto", "off"
@@ -116,4 +117,5 @@ def drop_past(folder: Path, step: int, epoch: int) -> None:
         if dropped:
             with atomic_write(file, needs=len(data), tmp_stem=".datapipe-rewrite") as fh:
                 fh.write(b"".join(kept) + data[at:])
-            log.info("%s: %d events past the resumed step %d / epoch %d removed", file.name, dropped, step, epoch)
+            log.info("%s: %s past the resumed step %d / epoch %d removed", file.name, counted(dropped, "event"), step,
+                     epoch)

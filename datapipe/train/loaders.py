@@ -9,11 +9,15 @@ import torch
 
 from ..backends import Loader, make_loader
 from ..formats import open_dataset
+from ..formats.base import Dataset
 from ..mix import Mix, mix_source, source_names
 from ..records import SplitNotFound
+from ..storage import redact
 from .config import TrainConfig
 
 log = logging.getLogger("datapipe.train")
+WHY_LABELS = ("datapipe train trains a classifier: give it a labelled dataset (class folders, .cls members, a label "
+              "column)")
 
 
 def build_loaders(config: TrainConfig, device: torch.device) -> tuple[Loader, Loader | None]:
@@ -25,8 +29,7 @@ def build_loaders(config: TrainConfig, device: torch.device) -> tuple[Loader, Lo
                   pool_workers=config.pool_workers, pool_resources=config.pool_resources)
     # drop_last: a lone last sample breaks BatchNorm ("Expected more than 1 value per channel"),
     # as in timm and the reference ImageNet scripts; evaluation keeps every sample.
-    source = mix_source(paths(config), config.weights, config.epoch_size, cache_dir=config.cache_dir,
-                        cache_limit=config.cache_limit)
+    source = labelled_source(config)
     # backend="ray": the train pool gives its actors back after each epoch, so that the val pool can run
     # where the train pool fills the cluster (a local Ray of few cores); the pools take turns
     train = make_loader(source, split="train", train=True, drop_last=True, image_size=config.train_sizes,
@@ -39,6 +42,26 @@ def build_loaders(config: TrainConfig, device: torch.device) -> tuple[Loader, Lo
 
 def paths(config: TrainConfig) -> list[str]:
     return [config.data] if isinstance(config.data, str) else list(config.data)
+
+
+def labelled_source(config: TrainConfig) -> Dataset | Mix:
+    """The train split opened (one dataset, or the mix of several), refused in one line before a loader
+    starts where a dataset it draws from has no labels (no class names: its records' label is -1, which
+    no classifier's loss takes). A mix's source without labels may stay at weight 0."""
+    source = mix_source(paths(config), config.weights, config.epoch_size, cache_dir=config.cache_dir,
+                        cache_limit=config.cache_limit)
+    if not isinstance(source, Mix):
+        dataset = open_dataset(source, "train", cache_dir=config.cache_dir, cache_limit=config.cache_limit)
+        if not dataset.classes:
+            raise ValueError(f"{redact(source)} has no labels (no class names: e.g. webdataset shards without .cls, "
+                             f"Parquet without a label column); {WHY_LABELS}")
+        return dataset
+    weights = source.weights_at(0)
+    for name, dataset, weight in zip(source.names, source.datasets, weights):
+        if not dataset.classes and weight > 0:
+            raise ValueError(f"mix source {name} ({redact(str(dataset.path))}) has no labels; {WHY_LABELS}, or give "
+                             f"{name} weight 0 in --weights, or leave it out")
+    return source
 
 
 def _val_loader(config: TrainConfig, common: dict[str, Any], mix: Mix | None) -> Loader | None:
@@ -59,9 +82,14 @@ def val_mix(mix: Mix, config: TrainConfig) -> Mix:
     found = {}
     for name, path in source_names(paths(config)).items():
         try:
-            found[name] = open_dataset(path, "val", cache_dir=config.cache_dir, cache_limit=config.cache_limit)
+            dataset = open_dataset(path, "val", cache_dir=config.cache_dir, cache_limit=config.cache_limit)
         except SplitNotFound:
             log.info("mix source %s has no val split: not evaluated", name)
+            continue
+        if dataset.classes:
+            found[name] = dataset
+        else:  # its -1 labels would count as misses
+            log.info("mix source %s has no labels in its val split: not evaluated", name)
     if not found:
         raise SplitNotFound("no source of the mix has a val split")
     return Mix(found, classes=mix.classes)

@@ -17,45 +17,32 @@ import functools
 import json
 import logging
 import math
-import warnings
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..storage import redact
 from ..durable import write_text
+from ..storage import redact
 from . import checkpoint, metrics_log
 from .board import Board
 from .clock import make_clock
-from .config import RUN_SETTINGS, TrainConfig, hparams, warmup_cosine
+from .config import TrainConfig, hparams, warmup_cosine
 from .ddp import DistEnv, all_max, all_sum, gather_strings, setup, teardown
 from .ema import ModelEma
+from .figures import EpochSums, end_line, finite
 from .guard import NonFiniteGuard
 from .loaders import build_loaders
-from .models import build_model
+from .models import build_model, check_image_sizes
 from .objective import Criterion, count_correct
 from .out_lock import out_lock
 from .optim import build_optimizer
-from .preempt import Preemption
+from .preempt import Preempted, Preemption
 from .profiling import epoch_profiler
+from .resume import CheckpointedRun
 
 log = logging.getLogger("datapipe.train")
-
-
-@dataclass
-class EpochSums:
-    """Running totals of one epoch on this rank. A checkpoint holds loss_sum and images summed over
-    ranks (rank 0 takes them back, the others start at 0: right at any world size) and rank 0's
-    wait and seconds (per-rank figures: every rank takes them back)."""
-
-    loss_sum: float = 0.0
-    images: int = 0
-    wait: float = 0.0
-    seconds: float = 0.0
-    correct: float = 0.0  # train images classified right (top-1, before the step)
 
 
 def resolve_amp(amp: str | None, device: torch.device) -> torch.dtype | None:
@@ -68,7 +55,7 @@ def resolve_amp(amp: str | None, device: torch.device) -> torch.dtype | None:
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}[amp]
 
 
-class Trainer:
+class Trainer(CheckpointedRun):
     """One rank of a training run; `fit()` runs it and returns the per-epoch metrics."""
 
     def __init__(self, config: TrainConfig, env: DistEnv = DistEnv()) -> None:
@@ -78,6 +65,8 @@ class Trainer:
         if env.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(config.seed)
+        sizes = config.image_size.values() if isinstance(config.image_size, dict) else [config.image_size]
+        check_image_sizes(config.model, [*sizes, config.eval_size])
         saved = checkpoint.load(config.resume) if config.resume else None
         if saved is not None:  # before anything is built or written: a refusal is one line, nothing left behind
             checkpoint.refuse_another_course(saved, config)
@@ -95,6 +84,7 @@ class Trainer:
             self.net = torch.compile(self.net)
         self._build_optimization()
         self.epoch, self.step, self.sums = 0, 0, EpochSums()
+        self._running: torch.Tensor | None = None  # the epoch's loss sum and correct count on the device
         self.guard = NonFiniteGuard(self.device, skip=config.skip_nonfinite)
         self.clock = make_clock(self.device)
         self.nonfinite = self.skipped = 0  # non-finite losses, skipped steps before this process (checkpoint)
@@ -129,97 +119,18 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.amp)
 
-    # ---- state ------------------------------------------------------------------------------
-    def _state(self, sums: EpochSums) -> dict[str, Any]:
-        """What last.pt holds (rank 0 only, so no collective here: counts agreed at the last check)."""
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "model_ema": self.ema.state_dict() if self.ema is not None else None,
-                "recipe": self.config.recipe.to_dict(),
-                "scaler": self.scaler.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "loader": self.loader.state_dict(), "epoch": self.epoch, "step": self.step,
-                "sums": asdict(sums), "metrics": self.metrics,
-                "config": {**self.config.record(), "data": redact(self.config.data) if isinstance(self.config.data, str)
-                           else [redact(d) for d in self.config.data]},  # no credentials in last.pt
-                "world_size": self.env.world_size, "nonfinite": self.nonfinite + self.guard.agreed,
-                "skipped_steps": self.skipped + int(self.guard.skipped.item())}
-
-    def _save(self) -> None:
-        """Every rank calls it (the epoch's sums are summed over ranks); rank 0 writes."""
-        loss_sum, images, correct = all_sum([self.sums.loss_sum, self.sums.images, self.sums.correct], self.device)
-        if self.env.is_main:
-            sums = EpochSums(loss_sum, int(images), self.sums.wait, self.sums.seconds, correct)
-            checkpoint.save(self.out / "last.pt", self._state(sums))
-
-    def _restore(self, state: dict[str, Any]) -> None:
-        """Continue from last.pt under this run's config: a setting that differs from the checkpoint's
-        (a new --lr, --epochs) wins and is logged; the schedule keeps its position. Another recipe or
-        optimizer was refused before (checkpoint.refuse_another_course)."""
-        self.model.load_state_dict(state["model"])
-        self._load_ema(state.get("model_ema"))
-        self._load_optimization(state)
-        self.scaler.load_state_dict(state["scaler"])
-        self.loader.load_state_dict(state["loader"])  # a global position: any world size resumes from it
-        self.epoch, self.step = int(state["epoch"]), int(state["step"])
-        self.sums, self.metrics = EpochSums(**state["sums"]), list(state["metrics"])
-        if self.env.is_main:  # lines a crash left past the checkpoint go, lines it missed come back
-            metrics_log.rewrite(self.out, self.metrics)
-        else:  # the saved loss, images and correct are every rank's: rank 0 carries them
-            self.sums.loss_sum, self.sums.images, self.sums.correct = 0.0, 0, 0.0
-        self.nonfinite, self.skipped = int(state.get("nonfinite", 0)), int(state.get("skipped_steps", 0))
-        saved = state.get("config", {})
-        for name in RUN_SETTINGS:
-            if name != "recipe" and name in saved and saved[name] != getattr(self.config, name):
-                log.info("resume: %s %s -> %s (this run's setting)", name, saved[name], getattr(self.config, name))
-        before = (int(state.get("world_size", self.env.world_size)), saved.get("batch_size", self.config.batch_size),
-                  saved.get("accum_steps", self.config.accum_steps))
-        if before != (self.env.world_size, self.config.batch_size, self.config.accum_steps):
-            # elastic, or a new batch size: steps per epoch changed, count the steps done at this one
-            self.step = self.loader.epoch * self.steps_per_epoch + self.loader.batches_done // self.config.accum_steps
-            log.warning("resuming a run of world size %d, batch size %d, accumulation %d at %d, %d, %d: step %d of %d "
-                        "per epoch", *before, self.env.world_size, self.config.batch_size, self.config.accum_steps,
-                        self.step, self.steps_per_epoch)
-        self.scheduler.last_epoch = self.step - 1
-        with warnings.catch_warnings():  # at step 0 torch warns of a step before optimizer.step(): none was due
-            warnings.simplefilter("ignore", UserWarning)
-            self.scheduler.step()  # this run's lr at this step: its base lr times its schedule
-        log.info("resumed at epoch %d, step %d, sample %d of the epoch, lr %.4g", self.epoch, self.step,
-                 self.loader.state_dict()["samples_done"], self.scheduler.get_last_lr()[0])
-
-    def _load_optimization(self, state: dict[str, Any]) -> None:
-        """The optimizer's and the scheduler's state from the checkpoint (momentum buffers, position);
-        their settings (base lr, momentum, weight decay) from this run's config, which built them."""
-        settings = [{k: v for k, v in g.items() if k not in ("params", "lr")} for g in self.optimizer.param_groups]
-        base_lrs = list(self.scheduler.base_lrs)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        for group, mine in zip(self.optimizer.param_groups, settings):
-            group.update(mine)
-        self.scheduler.base_lrs = base_lrs
-
-    def _load_ema(self, saved: dict[str, Any] | None) -> None:
-        """The EMA weights from the checkpoint; a run that had none starts its EMA at the model's."""
-        if self.ema is None:
-            if saved is not None:
-                log.info("resume: the checkpoint's model EMA is dropped (--model-ema not given)")
-        elif saved is None:
-            self.ema = ModelEma(self.model, self.config.model_ema_decay)
-            log.info("resume: the checkpoint has no model EMA; it starts here from the model's weights")
-        else:
-            self.ema.load_state_dict(saved)
-
     # ---- training ---------------------------------------------------------------------------
     def fit(self, preemption: Preemption | None = None) -> list[dict[str, Any]]:
-        """Train to the last epoch; on SIGTERM/SIGUSR1/SIGINT, checkpoint and raise Preempted (preempt.py)."""
+        """Train to the last epoch or --max-steps; on SIGTERM/SIGUSR1/SIGINT, checkpoint and raise
+        Preempted (preempt.py). However it ends, an error included, it says what it trained (_report)."""
         self.preemption = (preemption or Preemption()).arm(device=self.device, log_every=self.config.log_every)
         try:
-            while self.epoch < self.config.epochs:
-                # A checkpoint taken at an epoch's last step restores the loader at the next epoch's
-                # start: this epoch's data was all served, only its evaluation and metrics are left.
-                if self.loader.epoch <= self.epoch:
-                    self.loader.set_epoch(self.epoch)  # keeps a position a resume restored
-                    if not self._train_epoch():
-                        break  # max_steps reached: last.pt holds the position
-                self._finish_epoch()
+            try:
+                ended = self._run_epochs()
+            except BaseException as exc:
+                self._report_quietly(exc)
+                raise
+            self._report(ended)
             self._write_summary()
         finally:
             self.preemption.disarm()  # first: the caller's handlers come back whatever fails below
@@ -228,10 +139,29 @@ class Trainer:
             teardown()
         return self.metrics
 
+    def _run_epochs(self) -> str:
+        """The epochs left; how they ended: "epochs" or "max_steps"."""
+        while self.epoch < self.config.epochs:
+            if self._steps_done():
+                return "max_steps"
+            # A checkpoint taken at an epoch's last step restores the loader at the next epoch's
+            # start: this epoch's data was all served, only its evaluation and metrics are left.
+            if self.loader.epoch <= self.epoch:
+                self.loader.set_epoch(self.epoch)  # keeps a position a resume restored
+                if not self._train_epoch():
+                    return "max_steps"  # inside the epoch: last.pt holds the position
+            self._finish_epoch()
+        return "epochs"
+
+    def _steps_done(self) -> bool:
+        return self.config.max_steps is not None and self.step >= self.config.max_steps
+
     def _train_epoch(self) -> bool:
-        """Train until the epoch ends (True) or max_steps is reached (False)."""
+        """Train until the epoch ends (True) or max_steps is reached inside it (False)."""
         self.net.train()
-        sums = torch.tensor([self.sums.loss_sum, self.sums.correct], device=self.device)  # loss, correct
+        # the epoch's loss sum and correct count, and the records without a label met since its start
+        sums = torch.tensor([self.sums.loss_sum, self.sums.correct, 0.0], device=self.device)
+        self._running = sums
         self._logged_images = self.sums.images
         self.clock.start()
         self._stop_if_preempted(sums)  # a signal in start-up, an evaluation or the epoch-end bookkeeping
@@ -249,6 +179,7 @@ class Trainer:
                 loss, correct = self._forward_backward(batch, sync=boundary)
                 sums[0] += self.guard.observe(loss, self.step) * len(batch.labels)
                 sums[1] += correct
+                sums[2] += (batch.labels < 0).sum()  # label -1: none (never in soft targets)
                 self.sums.images += len(batch.labels)
                 if profiler is not None:
                     profiler.step()
@@ -278,12 +209,14 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.step += 1
-        if self.step % self.config.log_every == 0:  # every rank: the check agrees over ranks
+        if self.step % self.config.log_every == 0:  # every rank: the checks agree over ranks
             self.clock.collect()
+            self._refuse_unlabelled(sums)
             self.guard.check(self.epoch)
             if self.env.is_main:
                 self._log_interval(sums)
-        stop = self.config.max_steps is not None and self.step >= self.config.max_steps
+        # max_steps at the epoch's last step: the epoch ends as usual (evaluated, its metrics line written)
+        stop = self._steps_done() and self.loader.batches_done < len(self.loader)
         if stop or (self.config.save_every and self.step % self.config.save_every == 0):
             self._account(sums)
             self._save()
@@ -302,7 +235,7 @@ class Trainer:
         """Rank 0's log line and TensorBoard scalars: the epoch's running loss and train accuracy, the
         lr, and images/s and data_wait_pct since the last log line (rank 0's, images/s times the world
         size: DDP ranks step together). Reads the device once (the log line's sync)."""
-        loss_sum, correct = sums.tolist()
+        loss_sum, correct, _ = sums.tolist()
         images = max(1, self.sums.images)
         wait, seconds = self._fold_clock()
         rate = (self.sums.images - self._logged_images) * self.env.world_size / max(seconds, 1e-9)
@@ -324,8 +257,19 @@ class Trainer:
     def _account(self, sums: torch.Tensor) -> None:
         """Fold the time since the last account into the epoch's sums (a sync: epoch end or save only)."""
         self._fold_clock()
+        self._refuse_unlabelled(sums)
         self.guard.check(self.epoch)
-        self.sums.loss_sum, self.sums.correct = sums.tolist()
+        self.sums.loss_sum, self.sums.correct = sums[:2].tolist()
+
+    def _refuse_unlabelled(self, sums: torch.Tensor) -> None:
+        """Records without a label (-1) in a dataset that has classes (e.g. shards where some samples have
+        no .cls): counted on the device at each step while the loss ignores them, refused at the next
+        read of the device (a log line, a checkpoint, the epoch's end), agreed over ranks."""
+        found = int(all_sum([float(sums[2].item())], self.device)[0])
+        if found:
+            raise ValueError(f"{found} train record(s) without a label (-1) in epoch {self.epoch} by step {self.step}"
+                             f" ({redact(self.loader.dataset.path)}): datapipe train trains a classifier and every "
+                             "record needs a label: label them (a .cls member each) or leave them out")
 
     # ---- epoch end --------------------------------------------------------------------------
     def evaluate(self, model: nn.Module | None = None) -> float | None:
@@ -345,32 +289,71 @@ class Trainer:
         total_correct, total = all_sum([float(correct.item()), float(min(seen, real))], self.device)
         return total_correct / max(1.0, total)
 
+    def _record(self, val_acc: float | None, ema_val_acc: float | None, *, agreed: bool,
+                nonfinite: int) -> dict[str, Any]:
+        """The epoch's metrics.jsonl record: over all ranks where every rank is here (`agreed`: collectives),
+        else this rank's own figures (a run stopped by an error, where another rank may be gone)."""
+        figures = [self.sums.loss_sum, self.sums.images, self.sums.correct, self.sums.wait / max(self.sums.seconds, 1e-9)]
+        if agreed:
+            loss_sum, images, correct, wait_share = all_sum(figures, self.device)
+            seconds, ranks = all_max(self.sums.seconds, self.device), self.env.world_size
+        else:
+            (loss_sum, images, correct, wait_share), seconds, ranks = figures, self.sums.seconds, 1
+        return {"epoch": self.epoch, "train_loss": finite(loss_sum / max(images, 1)),
+                "train_acc": correct / max(images, 1), "val_acc": val_acc, "ema_val_acc": ema_val_acc,
+                "recipe": self.config.recipe.name, "images": int(images), "images_per_s": images / max(seconds, 1e-9),
+                "data_wait_pct": 100 * wait_share / ranks, "world_size": self.env.world_size,
+                "backend": self.loader.backend, "image_size": self.loader.image_size_at(self.epoch),
+                "eval_size": self.config.eval_size, "lr": self.scheduler.get_last_lr()[0], "steps": self.step,
+                "seconds": seconds, "nonfinite_losses": nonfinite,
+                "skipped_steps": self.skipped + int(self.guard.skipped.item()),
+                "skipped_records": len(self.loader.skipped)}
+
     def _finish_epoch(self) -> None:
         val_acc = self.evaluate()
         ema_val_acc = self.evaluate(self.ema.module) if self.ema is not None else None
-        loss_sum, images, correct, wait_share = all_sum([self.sums.loss_sum, self.sums.images, self.sums.correct,
-                                                         self.sums.wait / max(self.sums.seconds, 1e-9)], self.device)
-        seconds = all_max(self.sums.seconds, self.device)
-        record = {"epoch": self.epoch, "train_loss": loss_sum / max(images, 1), "train_acc": correct / max(images, 1),
-                  "val_acc": val_acc, "ema_val_acc": ema_val_acc, "recipe": self.config.recipe.name, "images": int(images),
-                  "images_per_s": images / max(seconds, 1e-9), "data_wait_pct": 100 * wait_share / self.env.world_size,
-                  "world_size": self.env.world_size, "backend": self.loader.backend,
-                  "image_size": self.loader.image_size_at(self.epoch), "eval_size": self.config.eval_size,
-                  "lr": self.scheduler.get_last_lr()[0], "steps": self.step, "seconds": seconds,
-                  "nonfinite_losses": self.nonfinite + self.guard.check(self.epoch),
-                  "skipped_steps": self.skipped + int(self.guard.skipped.item()),
-                  "skipped_records": len(self.loader.skipped)}
+        record = self._record(val_acc, ema_val_acc, agreed=True, nonfinite=self.nonfinite + self.guard.check(self.epoch))
         self.metrics.append(record)
         if self.env.is_main:
             log.info("epoch %d: %s", self.epoch, json.dumps(record))
             if self.board is not None:  # before the checkpoint: a resume drops what it lacks
                 self.board.epoch(self.epoch, record)
         self.epoch += 1
-        self.sums = EpochSums()
+        self.sums, self._running = EpochSums(), None
         self.loader.set_epoch(self.epoch)
         self._save()
         if self.env.is_main:  # after the checkpoint: metrics.jsonl never runs ahead of it
             metrics_log.rewrite(self.out, self.metrics)
+
+    # ---- the end ----------------------------------------------------------------------------
+    def _report(self, ended: str, *, agreed: bool = True) -> None:
+        """Say what the run trained, however it ended (figures.ENDINGS). Stopped inside an epoch it trained
+        in, metrics.jsonl gets that epoch's line so far ("partial": true; a resume rewrites the file from
+        the checkpoint, so the line goes and the finished epoch's comes); rank 0 logs the run's last line.
+        `agreed`: every rank is here (an error may have left the others elsewhere: no collective then)."""
+        images = all_sum([self.sums.images], self.device)[0] if agreed else self.sums.images
+        last = self.metrics[-1] if self.metrics else None
+        if images and (last is None or last["epoch"] != self.epoch):
+            if self._running is not None:  # the epoch's loss and hits so far, on the device
+                self.sums.loss_sum, self.sums.correct = self._running[:2].tolist()
+            if not agreed:
+                self._fold_clock()
+            nonfinite = self.nonfinite + self.guard.agreed
+            last = {**self._record(None, None, agreed=agreed, nonfinite=nonfinite), "partial": True, "ended": ended}
+            if self.env.is_main:
+                metrics_log.rewrite(self.out, [*self.metrics, last])
+        if self.env.is_main:
+            log.info("%s", end_line(ended, steps=self.step, epochs_done=self.epoch, epochs=self.config.epochs,
+                                    max_steps=self.config.max_steps, last=last))
+
+    def _report_quietly(self, exc: BaseException) -> None:
+        """_report on the way out of an exception, never hiding it: what cannot be read is a warning."""
+        ended = ("preempted" if isinstance(exc, Preempted) else
+                 "interrupted" if isinstance(exc, KeyboardInterrupt) else "error")
+        try:
+            self._report(ended, agreed=ended == "preempted")  # the ranks stop together on a signal
+        except Exception as failed:  # noqa: BLE001 - the run's own error is the one to raise
+            log.warning("what the run trained could not be written (%s: %s)", type(failed).__name__, failed)
 
     def _write_summary(self) -> None:
         digests = gather_strings(checkpoint.weights_digest(self.model))

@@ -26,7 +26,8 @@ class Criterion(nn.Module):
 
     def __init__(self, label_smoothing: float = 0.0) -> None:
         super().__init__()
-        self.hard = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        # label -1 (a record without one) adds nothing: the loop counts such records and refuses them
+        self.hard = nn.CrossEntropyLoss(label_smoothing=label_smoothing, ignore_index=-1)
 
     def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if is_soft(labels):
