@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ExpectedError, first_line, shortened
-from .ray_setup import LOOPBACK, loopback_only, quiet_token_notice
+from .ray_setup import LOOPBACK, loopback_only, quiet_token_notice, token_file_problem
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,8 @@ def start_local(ray: Any, **options: Any) -> None:
     """Start a Ray on this machine for this process: it reads no RAY_ADDRESS (address="local"), binds and
     advertises 127.0.0.1 only, keeps its files in a folder of its own and sizes its object store to
     this machine (unless `object_store_memory` is given). Nothing else can reach it."""
+    if problem := token_file_problem(turned_on=True):  # a Ray of its own turns token authentication on
+        raise LocalRayFailed(f"a local Ray cannot start: {problem}")
     limits = read_limits()
     options.setdefault("object_store_memory", store_bytes(limits))
     folder = session_folder()

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import os
 import socket
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ JOIN_TIMEOUT_S = 30.0  # the name resolved, the port connected and Ray's GCS ans
 # (read by Ray's processes from the environment, and by the driver's ray_constants at import)
 CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 LOOPBACK = "127.0.0.1"
+TOKEN_FILE_MAX = 64 << 10  # Ray reads a token file whole, blocking: a larger one is no token (/dev/zero filled memory)
 TOKEN_NOTICE = "ray._private.authentication.authentication_token_setup"  # logs "Token authentication is enabled"
 FIX = "start it with `ray start --head`, or name a running head as HOST:PORT (RAY_ADDRESS, --ray-address, --ray)"
 TOKEN_FIX = ("set RAY_AUTH_MODE=token and give the cluster's token in RAY_AUTH_TOKEN, in a file named by "
@@ -47,6 +49,8 @@ def join(ray: Any, address: str, *, timeout_s: float = JOIN_TIMEOUT_S, **options
     this machine; HOST:PORT; ray://HOST:PORT), as ray.init(address=...) does, once `probe` found a Ray
     cluster there that takes this process: else RayUnreachable, within `timeout_s`."""
     target = resolve(address)
+    if problem := token_file_problem(turned_on=address == "auto"):
+        raise RayUnreachable(f"cannot join the Ray cluster at {shown(address)}: {problem}")
     probe(target, timeout_s, auto=address == "auto", named=address)
     options = {"logging_level": logging.WARNING, "log_to_driver": False, **options}
     try:
@@ -109,9 +113,18 @@ def probe(target: str, timeout_s: float = JOIN_TIMEOUT_S, *, auto: bool = False,
                              f"firewall); {FIX}") from None
     except OSError as exc:
         raise RayUnreachable(f"cannot join {where}: nothing answers there ({exc.strerror or type(exc).__name__}); "
-                             f"{FIX}") from None
+                             f"{_loopback_hint(named, target)}{FIX}") from None
     if not target.startswith("ray://"):  # Ray Client speaks its own protocol: the TCP probe is all
         _ask_gcs(target, max(0.1, deadline - time.monotonic()), where, auto)
+
+
+def _loopback_hint(named: str | None, target: str) -> str:
+    """Where Ray turned a loopback address into this machine's own (its rule on Linux), how to keep it."""
+    if named is None or named == target or named.startswith("ray://") or named == "auto":
+        return ""
+    if split(named)[0] not in ("127.0.0.1", "localhost", "::1"):
+        return ""
+    return f"a head listening on 127.0.0.1 only is reached with {CLUSTER_SWITCH}=0 set here; "
 
 
 def _resolved(host: str, port: int, timeout_s: float, where: str) -> list[tuple[str, int]]:
@@ -171,6 +184,26 @@ def _refusal(where: str, code: Any, codes: Any) -> str:
         return f"cannot join {where}: its port connects but no Ray answered in time; {FIX}"
     return (f"cannot join {where}: something answers there, but not a Ray cluster's GCS ({code.name}): give the "
             f"head's GCS port (`ray start --head --port`, 6379 by default); {FIX}")
+
+
+def token_file_problem(*, turned_on: bool) -> str | None:
+    """What is wrong with the token file Ray will read (RAY_AUTH_TOKEN_PATH's, else ~/.ray/auth_token,
+    where RAY_AUTH_TOKEN is unset and token authentication is on: RAY_AUTH_MODE=token, or `turned_on`
+    by Ray itself, for a Ray of its own or 'auto'), before Ray's loader reads it whole and blocking: a
+    FIFO hung it for good, /dev/zero filled memory until the process was killed. None where it is
+    absent or a small file."""
+    mode = os.environ.get("RAY_AUTH_MODE", "").lower()
+    if os.environ.get("RAY_AUTH_TOKEN") or mode == "disabled" or (mode != "token" and not turned_on):
+        return None
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.join(os.path.expanduser("~"), ".ray", "auth_token")
+    try:
+        found = os.stat(path)
+    except (OSError, ValueError):  # absent (Ray says so, or makes one for a Ray of its own), a NUL in it
+        return None
+    if stat.S_ISREG(found.st_mode) and found.st_size <= TOKEN_FILE_MAX:
+        return None
+    return (f"Ray's token file {shown(path)} is not a token (a regular file of at most {TOKEN_FILE_MAX >> 10} KiB): "
+            "give the token's own file in RAY_AUTH_TOKEN_PATH, or the token in RAY_AUTH_TOKEN")
 
 
 @contextlib.contextmanager

@@ -188,3 +188,13 @@ def test_doctor_and_train_name_the_token_in_one_line(token_cluster, packed_lmdb,
     line = one_error_line(datapipe("train", str(packed_lmdb), "--backend", "ray", "--out", str(tmp_path / "t"),
                                    env=env), "train")
     assert "uses token authentication" in line and token not in line
+
+
+def test_a_token_file_that_is_a_fifo_or_a_device_is_one_line(token_cluster, tmp_path):
+    """Ray's loader reads the token file whole and blocking: a FIFO hung the join for good, /dev/zero
+    filled memory until the process was killed."""
+    address, _, _ = token_cluster
+    os.mkfifo(tmp_path / "fifo")
+    for path in (tmp_path / "fifo", Path("/dev/zero")):
+        out = joined(address, tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(path))
+        assert f"Ray's token file {path} is not a token (a regular file of at most 64 KiB)" in out, out[-2000:]

@@ -6,6 +6,7 @@ token notice kept quiet and nothing left in the temp folder after it (before: a 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -107,3 +108,17 @@ def test_a_local_ray_that_cannot_start_names_the_cause_in_one_line():
         assert got["left"] == [] and list((tmp / "t").iterdir()) == []
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_token_file_that_is_a_fifo_is_refused_before_ray_reads_it(tmp_path, monkeypatch):
+    """A Ray of its own turns token authentication on and reads the token file, blocking: a FIFO hung it."""
+    import ray
+
+    from datapipe.ray_local import start_local
+
+    os.mkfifo(tmp_path / "fifo")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "fifo"))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    with pytest.raises(LocalRayFailed, match=r"^a local Ray cannot start: Ray's token file .*fifo is not a token"):
+        start_local(ray)
