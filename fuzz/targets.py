@@ -27,7 +27,7 @@ from types import ModuleType
 
 import numpy as np
 
-from fuzz import mix_state_target, parquet_target, shard_table_target, sidecars_target
+from fuzz import mix_state_target, parquet_target, shard_table_target, sidecars_target, size_schedule_target
 from fuzz.contract import FIXTURES, ROOT, Finding, Target, timed  # noqa: F401 (ROOT: for fuzz/run.py, tests)
 
 REGION_PIXELS = 1 << 22  # the region target decodes at most this many pixels per input
@@ -308,6 +308,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("manifest", check_manifest, manifest_seeds, ("datapipe.records", "datapipe.formats.wds",
                                                         "datapipe.formats.tar", "json"), memory=(64, 4 << 20)),
     parquet_target.TARGET, sidecars_target.TARGET, shard_table_target.TARGET, mix_state_target.TARGET,
+    size_schedule_target.TARGET,
 )}
 
 

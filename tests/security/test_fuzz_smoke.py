@@ -18,6 +18,7 @@ MUTANTS = {"jpeg_markers": 3000, "jpeg_region": 1500, "tar": 1000, "idx": 3000, 
 MUTANTS["sidecars"] = 400  # an image folder's caption / metadata sidecars (#38 row 3)
 MUTANTS["shard_table"] = 1500  # a .wds split's shards.bin under an entry that agrees with it (#40 item 5)
 MUTANTS["mix_state"] = 1500  # a loader state's mix block (#47 row 10)
+MUTANTS["size_schedule"] = 1500  # the --image-size-schedule file (#47 rows 5-6)
 
 
 def findings(name: str) -> list[bytes]:
