@@ -22,6 +22,9 @@ MASK = "***"
 ENVIRONMENT_DUMP = "{<the environment, not shown>}"  # what stands for a repr of os.environ
 MIN_SECRET = 6  # shorter values are masked in URLs and parameters only: "no" must not vanish from every text
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/?#'\"]*@")  # up to the last @ of the host part
+# user:password@ whose password holds "/" (AWS secret keys may): the user ends at ":", the password at the
+# last "@" before a space. A port then an "@" in the path (http://h:8080/a@b) loses "h:8080/a@" too: never a leak
+_SLASHED_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/?#@:'\"]+:[^\s'\"]*@")
 _BARE_USERINFO = re.compile(r"(?<![\w.%+/:@-])[\w.%+-]+:[^\s/?#@:'\"]+@(?=[\w\[])")  # user:password@host, no scheme
 _SECRET_PARAM = re.compile(
     r"(?i)(?<![a-z0-9_-])((?:x-amz-|x-goog-)?(?:signature|credential|security-token)|sig|[a-z0-9_-]*token"
@@ -68,7 +71,7 @@ def redact(text: object) -> str:
     text, environ = str(text), dict(os.environ)
     if environ:
         text = text.replace(repr(environ), ENVIRONMENT_DUMP)
-    text = _BARE_USERINFO.sub("", _URL_USERINFO.sub(r"\1", text))
+    text = _BARE_USERINFO.sub("", _URL_USERINFO.sub(r"\1", _SLASHED_USERINFO.sub(r"\1", text)))
     text = _SECRET_PARAM.sub(lambda m: f"{m[1]}{m[2]}{MASK}", text)
     for value in sorted(_remembered | secret_values(environ), key=len, reverse=True):
         if len(value) >= MIN_SECRET:

@@ -119,6 +119,15 @@ def test_redact_keeps_what_is_no_secret(monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
     text = "s3://bucket/data.wds/train-000001.tar?versionId=7 (AKIAEXAMPLE, max_tokens=5)"
     assert redact(text) == text
+    assert redact("s3://bucket/path/file@2x.jpg") == "s3://bucket/path/file@2x.jpg"  # an @ in a path
+
+
+@pytest.mark.parametrize("secret", ["wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "a/b+c/d=", "8080/abc"])
+def test_redact_masks_a_url_password_holding_a_slash(secret):
+    """AWS secret keys hold "/": the userinfo ended at the first one, and the rest of the key was printed."""
+    shown = redact(f"cannot open s3://AKIAEXAMPLE:{secret}@bucket/train.wds: not found")
+    assert secret not in shown and secret.split("/")[-1] not in shown
+    assert shown == "cannot open s3://bucket/train.wds: not found"
 
 
 def test_log_lines_are_masked_by_the_cli_filter():
