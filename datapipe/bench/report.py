@@ -84,7 +84,7 @@ def figure(rows: list[Row], title: str, found: Sequence[Verdict] = ()):
     shown = [i for i, r in enumerate(rows) if r.suite in SUITE_COLORS and r.images_per_s]
     fig = Figure(figsize=(11, 0.42 * len(shown) + 2.2))
     ax = fig.subplots()
-    labels = [f"{Path(rows[i].data).name} · {rows[i].suite} · {rows[i].backend}" for i in shown]
+    labels = [f"{name_of(rows[i].data)} · {rows[i].suite} · {rows[i].backend}" for i in shown]
     ax.barh(labels, [rows[i].images_per_s for i in shown], color=[SUITE_COLORS[rows[i].suite] for i in shown])
     for y, i in enumerate(shown):
         ax.text(rows[i].images_per_s, y, f" {rows[i].images_per_s:.0f}", va="center", fontsize=8)
@@ -95,10 +95,12 @@ def figure(rows: list[Row], title: str, found: Sequence[Verdict] = ()):
                         va="center", fontsize=8 if len(said) == 1 else 7, color=WORD_COLORS[v.word])
     ax.set_xlim(0, max([rows[i].images_per_s for i in shown], default=1) * 1.6)  # room for the verdicts
     ax.invert_yaxis()
-    ax.set_xlabel("images / s (median of the repeats)")
+    left_out = sum(1 for r in rows if r.suite in SUITE_COLORS and not r.images_per_s)
+    ax.set_xlabel("images / s (median of the repeats)" + (f"\n{left_out} row(s) without a figure (too short, failed "
+                                                           "or skipped) left out: the table says why" if left_out else ""))
     ax.set_title(title, fontsize=10)
     handles = [Patch(color=c, label=s) for s, c in SUITE_COLORS.items() if any(rows[i].suite == s for i in shown)]
-    words = {v.word for v in found}
+    words = {v.word for v in found if v.row in shown}  # the legend names the words the bars carry
     handles += [Patch(color=c, label=f"verdict: {w}") for w, c in WORD_COLORS.items() if w in words]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.tight_layout()

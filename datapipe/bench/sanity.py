@@ -46,7 +46,9 @@ def too_short(timings: Sequence[Timing], workers: int, opts: BenchOptions,
               records: int | None = None) -> tuple[str, int | None] | None:
     """(the row's note, records needed or None where more records are not the fix) when a run's window
     held under opts.min_batches batches per worker (`workers` 0: a suite without look-ahead, which needs
-    1 batch). `records`: the dataset's, to tell a short dataset from a loader that skipped records."""
+    1 batch). `records`: the dataset's. The fix named is the first that applies: more records (the
+    dataset is shorter than a window needs), or none (the epoch ended sooner than its records allow: the
+    loader skipped them), or more --seconds (the clock ended the window)."""
     counted = [t for t in timings if t.batches is not None]
     if not counted:
         return None
@@ -56,15 +58,15 @@ def too_short(timings: Sequence[Timing], workers: int, opts: BenchOptions,
     if per_worker >= need:
         return None
     timed = f"{round(per_worker, 1):g} batches per worker timed" if workers else f"{worst.batches} batches timed"
-    if any(t.ended for t in counted if t.batches / max(1, workers) < need):
-        needed = records_needed(workers, opts) if workers else (opts.warmup + DRAIN_BATCHES + 1) * opts.batch_size
-        if records is not None and records >= needed:
-            return (f"too short: {timed}, needs >= {need}; its {records:,} records would give enough: the loader "
-                    "skipped most as unreadable"), None
-        records = needed
+    needed = records_needed(workers, opts) if workers else (opts.warmup + DRAIN_BATCHES + 1) * opts.batch_size
+    ended = any(t.ended for t in counted if t.batches / max(1, workers) < need)
+    if (records is None and ended) or (records is not None and records < needed):
         who = f" and {workers} worker{'s' if workers > 1 else ''}" if workers else ""
-        return (f"too short: {timed}, needs >= {need}: >= {records:,} records at batch {opts.batch_size}{who}, "
-                "or a smaller --batch-size"), records
+        return (f"too short: {timed}, needs >= {need}: >= {needed:,} records at batch {opts.batch_size}{who}, "
+                "or a smaller --batch-size"), needed
+    if ended:
+        return (f"too short: {timed}, needs >= {need}; its {records:,} records would give enough: the loader "
+                "skipped most as unreadable"), None
     seconds = math.ceil(opts.seconds * need / max(per_worker, 0.5))
     return f"too short: {timed} in {opts.seconds:g} s, needs >= {need}: --seconds {seconds} or more", None
 

@@ -65,6 +65,9 @@ def test_a_window_cut_by_the_clock_asks_for_more_seconds():
     short = measured(1000, 2, opts)
     assert short.note == "too short: 25 batches per worker timed in 0.5 s, needs >= 50: --seconds 1 or more"
     assert short.needs_records is None and short.images_per_s == 0.0
+    # the same window on a dataset shorter than a window needs: more seconds would not help
+    note, needs = too_short([Timing(400.0, 0.0, 1.0, None, 50, False)], 2, opts, records=500)
+    assert needs == (50 * 2 + 2 + 2) * 8 and note.startswith("too short: 25 batches per worker timed, needs >= 50: >= 832")
 
 
 def test_suites_without_look_ahead_need_one_batch():
