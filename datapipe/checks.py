@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping
 from typing import Any
 
 SHOWN = 60  # characters of a refused value's repr in a message
@@ -14,9 +15,23 @@ SHOWN = 60  # characters of a refused value's repr in a message
 MAX_SEED = 2**63 - 1
 
 
+_CONTAINERS = (Mapping, list, tuple, set, frozenset)
+
+
 def shown(value: Any, limit: int = SHOWN) -> str:
-    """repr(value), cut to `limit` characters (a 1 MB string is not a message)."""
-    text = repr(value)
+    """A value in a message, at a bounded cost: repr(value) cut to `limit` characters (a 1 MB string is
+    not a message); a container past 8 items or nested by its kind and length (its repr may be gigabytes,
+    or nested past the recursion limit); an int past 60 digits by its length (repr refuses past 4,300)."""
+    if isinstance(value, _CONTAINERS):
+        items = [*value, *value.values()] if isinstance(value, Mapping) and len(value) <= 8 else value
+        if len(value) > 8 or any(isinstance(v, _CONTAINERS) for v in items):
+            return f"a {type(value).__name__} of {len(value):,} item{'' if len(value) == 1 else 's'}"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 199:
+        return f"an int of about {int(value.bit_length() * 0.30103):,} digits"
+    try:
+        text = repr(value)
+    except Exception:  # a user's object whose repr raises still gets its message
+        text = f"<a {type(value).__name__}>"
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
@@ -44,7 +59,11 @@ def inside(x: float, low: float, high: float, low_open: bool = False, high_open:
 def real(name: str, value: Any, low: float = -math.inf, high: float = math.inf, *, what: str = "a finite number",
          low_open: bool = False, high_open: bool = False, note: str = "") -> float:
     """`value` as a float: a real number, finite, within the interval; else a ValueError naming it."""
-    if not is_real(value) or not inside(float(value), low, high, low_open, high_open):
+    try:
+        x = float(value) if is_real(value) else math.nan
+    except OverflowError:  # an int past a float's range (10**400)
+        x = math.inf
+    if not inside(x, low, high, low_open, high_open):
         raise ValueError(f"{name} must be {what} {span(low, high, low_open=low_open, high_open=high_open)}{note}, "
                          f"got {shown(value)}")
     return float(value)

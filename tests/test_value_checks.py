@@ -4,11 +4,12 @@ range; every extreme accepted gives finite batches and targets."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
 
-from datapipe import make_loader
+from datapipe import checks, make_loader
 from datapipe.augment import Recipe, SizeRamp
 from datapipe.augment.recipe import parse_auto_augment
 from datapipe.backends.options import LoaderOptions
@@ -184,3 +185,21 @@ def test_no_accepted_extreme_lets_a_nan_or_inf_into_a_batch(clean_folder, name, 
 def test_the_auto_augment_strings_at_the_edges_still_read():
     assert parse_auto_augment("rand-m100-mmax100").magnitude_max == 100
     assert parse_auto_augment("rand-mstd" + "9" * 400).magnitude_std == INF  # timm: above 100, uniform
+
+
+class _ReprRaises:
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: checks.integer("start_epoch", 10**5000, 0, 100), "an int of about 5,000 digits"),
+    (lambda: checks.real("lr", 10**400, 0), "an int of about 400 digits"),  # float() overflowed
+    (lambda: checks.real("lr", [[1]] * 100, 0), "a list of 100 items"),
+    (lambda: checks.real("lr", _ReprRaises(), 0), "<a _ReprRaises>"),
+    (lambda: SizeRamp(160, 192, start_epoch=10**5000, end_epoch=3), "an int of about 5,000 digits"),
+])
+def test_a_value_too_big_to_show_is_described_in_one_line(call, words):
+    """Python's own repr refuses ints past 4,300 digits and recurses on deep lists: the message said that."""
+    with pytest.raises(ValueError, match=re.escape(words)):
+        call()

@@ -19,7 +19,6 @@ SIZE_RULE = f"pixels a side, at most MAX_IMAGE_SIZE={MAX_IMAGE_SIZE}"
 # function of the epoch is read over: 2**20 (a run of 10**9 epochs is a typo). Each epoch read is a dict
 # entry of run_sizes', so this bounds its memory (~100 MB) as well as its time.
 MAX_SCHEDULE_EPOCHS = 1 << 20
-_CONTAINERS = (Mapping, list, tuple, set, frozenset)
 
 
 def is_size(value: object) -> bool:
@@ -35,21 +34,7 @@ def check_image_size(value: object, name: str = "image_size") -> int:
     if is_size(value):
         return int(value)
     raise ValueError(f"{name} must be within {MIN_IMAGE_SIZE}..{MAX_IMAGE_SIZE} (an int, {SIZE_RULE}), "
-                     f"got {described(value)}")
-
-
-def described(value: object) -> str:
-    """A refused value in a message, at a bounded cost: a container by its kind and length (its repr may be
-    gigabytes, or nested past the recursion limit), an int past 60 digits by its length (repr refuses
-    past 4,300), else its repr cut (checks.shown)."""
-    if isinstance(value, _CONTAINERS):
-        items = [*value, *value.values()] if isinstance(value, Mapping) and len(value) <= 8 else value
-        flat = len(value) <= 8 and not any(isinstance(v, _CONTAINERS) for v in items)
-        if not flat:
-            return f"a {type(value).__name__} of {len(value):,} item{'' if len(value) == 1 else 's'}"
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 199:
-        return f"an int of about {int(value.bit_length() * 0.30103):,} digits"
-    return shown(value)
+                     f"got {shown(value)}")
 
 
 @dataclass(frozen=True)
@@ -70,7 +55,8 @@ class SizeRamp:
         integer("SizeRamp step", self.step, 1, MAX_IMAGE_SIZE)
         start = integer("SizeRamp start_epoch", self.start_epoch, 0)
         if low > self.max_size or start > integer("SizeRamp end_epoch", self.end_epoch, 0):
-            raise ValueError(f"SizeRamp needs min_size <= max_size and start_epoch <= end_epoch; got {self}")
+            raise ValueError(f"SizeRamp needs min_size <= max_size and start_epoch <= end_epoch; got sizes "
+                             f"{low}..{self.max_size}, epochs {shown(self.start_epoch)}..{shown(self.end_epoch)}")
 
     def __call__(self, epoch: int) -> int:
         if epoch <= self.start_epoch:
@@ -102,7 +88,7 @@ def size_schedule(value: "int | Callable[[int], int]") -> Callable[[int], int]:
         return value
     if callable(value):
         return _Checked(value)
-    raise ValueError(f"image_size must be an int or a function of the epoch (e.g. SizeRamp), got {described(value)}")
+    raise ValueError(f"image_size must be an int or a function of the epoch (e.g. SizeRamp), got {shown(value)}")
 
 
 @dataclass(frozen=True)
@@ -121,7 +107,7 @@ def size_at(schedule: Callable[[int], object], epoch: int) -> object:
     try:
         return schedule(epoch)
     except Exception as exc:  # noqa: BLE001 - the user's function: any error is its own
-        raise ValueError(f"the image size schedule raised {described(exc)} for epoch {epoch}: it must return an "
+        raise ValueError(f"the image size schedule raised {shown(exc)} for epoch {epoch}: it must return an "
                          f"int within {MIN_IMAGE_SIZE}..{MAX_IMAGE_SIZE} for every epoch; fix the function") from exc
 
 
@@ -129,7 +115,7 @@ def checked_size(size: object, epoch: int) -> int:
     """A size an image size schedule gave for `epoch`: an int (not a bool) within MIN..MAX_IMAGE_SIZE."""
     if is_size(size):
         return int(size)
-    raise ValueError(f"the image size schedule gave {described(size)} ({type(size).__name__}) for epoch {epoch}: "
+    raise ValueError(f"the image size schedule gave {shown(size)} ({type(size).__name__}) for epoch {epoch}: "
                      f"it must return an int >= {MIN_IMAGE_SIZE}, at most MAX_IMAGE_SIZE={MAX_IMAGE_SIZE}")
 
 
@@ -156,7 +142,7 @@ class SizeSteps:
         epochs = tuple(epoch for epoch, _ in self.points) if pairs else ()
         if not epochs or epochs[0] != 0 or any(a >= b for a, b in zip(epochs, epochs[1:])):
             raise ValueError(f"SizeSteps needs points ((epoch, size), ...) at increasing epochs from epoch 0, "
-                             f"got {described(self.points)}")
+                             f"got {shown(self.points)}")
         object.__setattr__(self, "_epochs", epochs)
 
     def __call__(self, epoch: int) -> int:
@@ -246,15 +232,15 @@ def _mapping_points(value: Mapping, name: str) -> dict[int, int]:
         epoch = key if isinstance(key, int) and not isinstance(key, bool) else \
             _number(key) if isinstance(key, str) else None
         if epoch is None or epoch < 0:
-            raise ValueError(f"{name}: the schedule's epoch {described(key)} is not an epoch number (0, 1, ...); "
+            raise ValueError(f"{name}: the schedule's epoch {shown(key)} is not an epoch number (0, 1, ...); "
                              'give {"0": 160, "10": 192} or a list of sizes, one an epoch')
         if epoch >= MAX_SCHEDULE_EPOCHS:
-            raise ValueError(f"{name}: the schedule's epoch {described(key)} is past the {MAX_SCHEDULE_EPOCHS:,} "
+            raise ValueError(f"{name}: the schedule's epoch {shown(key)} is past the {MAX_SCHEDULE_EPOCHS:,} "
                              "epochs a size schedule may name; give epochs a run reaches")
         if epoch in points:
-            raise ValueError(f"{name}: the schedule gives epoch {epoch} twice (as {described(key)} too); keep one")
+            raise ValueError(f"{name}: the schedule gives epoch {epoch} twice (as {shown(key)} too); keep one")
         points[epoch] = check_image_size(size, f"{name} of epoch {epoch}")
     if 0 not in points:
-        raise ValueError(f"{name}: the schedule {described(value)} does not give epoch 0's size; start it at epoch 0, "
+        raise ValueError(f"{name}: the schedule {shown(value)} does not give epoch 0's size; start it at epoch 0, "
                          'e.g. {"0": 160, "10": 192}')
     return points
