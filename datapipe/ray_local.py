@@ -1,8 +1,9 @@
 """A local Ray of datapipe's own (backend="ray" with no Ray connected, convert --engine ray with no
-address): it binds and advertises 127.0.0.1 only; its files go to a folder of its own (mode 0700, short
-enough for Ray's socket paths) that is removed when it stops (`stop_local`, or at exit); its object
-store is sized to what this machine lets it map (`store_bytes`), and a Ray that still cannot start is
-one line naming what its processes logged. Light: no torch."""
+address): it binds and advertises 127.0.0.1 only; its files go to a new folder of its own, mode 0700
+(Ray makes each folder it uses world-writable: they sit one level down), short enough for Ray's socket
+paths, removed when it stops (`stop_local`, or at exit); its object store is sized to what this
+machine lets it map (`store_bytes`), and a Ray that still cannot start is one line naming what its
+processes logged. Light: no torch."""
 from __future__ import annotations
 
 import atexit
@@ -30,7 +31,8 @@ SHM_SHARE = 0.95  # of /dev/shm's free space, as Ray leaves some (below MIN_STOR
 WORKER_ADDRESS_SPACE = 2 << 30
 SOCKET_PATH = 107  # AF_UNIX's limit on a socket's path
 SESSION_TAIL = 64  # "/session_<date>_<time>_<us>_<pid>/sockets/plasma_store" after Ray's temp folder
-PREFIX = "datapipe-ray-"  # mkdtemp adds 8 characters
+PREFIX = "ray-dp-"  # mkdtemp adds 8 characters
+RAY_FOLDER = "r"  # Ray's own temp folder inside ours: Ray makes each folder it uses world-writable, ours stays 0700
 FATAL = re.compile(r"^\[\S+ \S+ ([EC]) \d+ \d+\] \((\w+)\) \S+:\d+: +(.+)$")  # Ray's error and fatal log lines
 _running: list[Path] = []  # the folder of the local Ray this process started, while it runs
 
@@ -92,7 +94,7 @@ def session_folder() -> Path:
     """A new private folder for a local Ray's files: under the temp folder where Ray's socket paths
     fit there (a Slurm job's $TMPDIR is often too long), else under /tmp."""
     base = tempfile.gettempdir()
-    if len(base) + 1 + len(PREFIX) + 8 + SESSION_TAIL > SOCKET_PATH:
+    if len(base) + 1 + len(PREFIX) + 8 + 1 + len(RAY_FOLDER) + SESSION_TAIL > SOCKET_PATH:
         log.info("Ray's socket paths under %s would be too long for AF_UNIX: its files go under /tmp", base)
         base = "/tmp"
     return Path(tempfile.mkdtemp(prefix=PREFIX, dir=base))
@@ -110,7 +112,7 @@ def start_local(ray: Any, **options: Any) -> None:
     try:
         with loopback_only(), quiet_token_notice():
             ray.init(address="local", _node_ip_address=LOOPBACK, include_dashboard=False, logging_level=logging.WARNING,
-                     _temp_dir=str(folder), **options)
+                     _temp_dir=str(folder / RAY_FOLDER), **options)
     except Exception as exc:
         raise _failed(ray, folder, exc, limits, options["object_store_memory"]) from None
     _running.append(folder)
@@ -163,7 +165,7 @@ def startup_cause(folder: Path) -> str | None:
     """The first error a Ray process logged in `folder` ("raylet: mmap failed with error: Cannot allocate
     memory"), else the first fatal one's failed check; None when none logged one."""
     fatal = None
-    for path in sorted(folder.glob("session_*/logs/*.out")):
+    for path in sorted(folder.glob(f"{RAY_FOLDER}/session_*/logs/*.out")):
         try:
             lines = path.read_text(errors="replace").splitlines()
         except OSError:

@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from datapipe.ray_local import MIN_STORE, WORKER_ADDRESS_SPACE, Limits, LocalRayFailed, store_bytes  # noqa: E402
+from datapipe.ray_local import MIN_STORE, PREFIX, WORKER_ADDRESS_SPACE, Limits, LocalRayFailed, store_bytes  # noqa: E402
 
 GIB = 1 << 30
 CAP = 4 * GIB  # the adversarial harness's default address-space cap
@@ -49,7 +49,8 @@ except Exception as exc:
 def add(x):
     return x + 1
 print(json.dumps({"store": ray.cluster_resources()["object_store_memory"], "eight": ray.get(add.remote(7)),
-                  "folder": str(_running[0]), "limits": str(read_limits())}))
+                  "folder": str(_running[0]), "mode": os.stat(_running[0]).st_mode & 0o777,
+                  "limits": str(read_limits())}))
 stop_local(ray)
 """
 
@@ -89,7 +90,7 @@ def test_a_local_ray_starts_under_ulimit_v_and_leaves_nothing_behind():
         got, stderr = start({}, CAP, tmp)
         assert got["eight"] == 8, got
         assert MIN_STORE <= got["store"] <= (CAP - WORKER_ADDRESS_SPACE) // 2 and "ulimit -v 4.0 GiB" in got["limits"]
-        assert got["folder"].startswith(str(tmp / "t" / "datapipe-ray-"))
+        assert got["folder"].startswith(str(tmp / "t" / PREFIX)) and got["mode"] == 0o700  # Ray's folders are 0777
         assert list((tmp / "t").iterdir()) == []  # its session folder removed (before: TMPDIR/ray/session_*)
         assert "Token authentication is enabled" not in stderr  # Ray's notice at every start, kept quiet
     finally:
