@@ -97,5 +97,6 @@ def test_a_full_disk_while_saving_is_one_line_and_keeps_the_previous_checkpoint(
                         rf"[\d,]+ free; the previous checkpoint {folder}/last.pt .*", last), last
     assert last.endswith(f"is intact: free space there (or give --out a larger disk), then resume with --resume "
                          f"{small_disk / 'last.pt'}")
-    assert sorted(p.name for p in small_disk.iterdir()) == ["last.pt"]  # the partial last.pt.tmp removed
+    # the partial last.pt.tmp removed; metrics.jsonl holds what was trained when it fits (a few hundred bytes)
+    assert sorted(p.name for p in small_disk.iterdir()) in (["last.pt"], ["last.pt", "metrics.jsonl"])
     assert load(small_disk / "last.pt")["step"] == 1  # whole, and its digest checks
