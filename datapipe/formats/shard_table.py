@@ -12,10 +12,12 @@ table is one fixed-width file beside the shards, in two columns of one row a sha
              so a shard left out, all its files rejected, leaves a gap) and sha256 (32 bytes)
 
 The manifest gives the table's size, sha256 and its head's sha256 (`head_sha256`), the shard count,
-their total and largest size. A process reads the head (under 0.2 byte a shard) and checks it against
-the manifest, then each block it touches against the head, once: memory-mapped from a local disk, by
-byte range from a store (only the blocks a read needs, both columns' in one call, the last BLOCKS_HELD
-kept; the whole `first` column, 8 bytes a shard, for shard-wise sampling). A pickled table is its
+their total and largest size. A process reads the head (under 0.08 byte a shard; a count past
+MAX_SHARDS is refused first, and a store's head comes READ_CHUNK at a time, a longer one only from an
+object of the size the count implies) and checks it against the manifest, then each block it touches
+against the head, once: memory-mapped from a local disk, by byte range from a store (only the blocks a
+read needs, both columns' in one call, the last BLOCKS_HELD kept; the whole `first` column, 8 bytes a
+shard, for shard-wise sampling). A pickled table is its
 manifest entry and location. Datasets written before (version 1 and 2, the shards in the manifest) are read as they are
 (`ListedShards`), through the same small interface (`ShardList`).
 """
@@ -46,6 +48,8 @@ FIRST = np.dtype("<u8")
 ROW = np.dtype([("bytes", "<u8"), ("number", "<u4"), ("sha256", "u1", (32,))])  # 44 bytes
 ROW_FIELDS = struct.Struct("<QI32s")  # one row, unpacked (faster than a numpy record's fields)
 BLOCKS_HELD = 64  # blocks of the table a process keeps (<= 2.8 MiB), besides the whole `first` column once read
+MAX_SHARDS = 10 ** 9  # a shard's file number has at most nine digits (table_file's names): a head of <= 67 MiB
+READ_CHUNK = 4 << 20  # the most bytes one ranged read of the head or the `first` column asks a store for
 
 
 def table_name(split: str) -> str:
@@ -179,9 +183,7 @@ class _Held:
         self.blocks: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         self.column: np.ndarray | None = None
         self.map = None if table.location.remote else self._map()
-        head = self.read(0, table.layout.head)
-        if hashlib.sha256(head).hexdigest() != table.described["head_sha256"]:
-            raise table.damaged("its head differs from the manifest's head_sha256")
+        head = self._head()
         magic, version, rows, shards, records = HEAD.unpack_from(head)
         if (magic, version, rows, shards, records) != (MAGIC, TABLE_VERSION, BLOCK_ROWS, table.count, table.records):
             raise table.damaged(f"its head describes {shards:,} shards of {records:,} records (format {version}), "
@@ -203,6 +205,31 @@ class _Held:
             return mmap.mmap(fd, size, access=mmap.ACCESS_READ)  # the map holds the file, not the descriptor
         finally:
             os.close(fd)
+
+    def _head(self) -> memoryview | bytearray:
+        """The head, once its sha256 is the manifest's. From a store, in reads of at most READ_CHUNK;
+        a head longer than one is read only from an object of the size the shard count implies (asked
+        first): a crafted count costs one request, not the head it claims."""
+        table, length = self.table, self.table.layout.head
+        if self.map is not None:
+            head: memoryview | bytearray = self.read(0, length)
+        else:
+            if length > READ_CHUNK:
+                size = table.location.store.size(table.location.checked(table.name))
+                if size != table.layout.size:
+                    raise table.damaged(f"the manifest claims {table.count:,} shards, a table of {table.layout.size:,} "
+                                        f"bytes; the store holds {'none' if size is None else f'{size:,} bytes'}")
+            head = bytearray(length)
+            for start, part in self.chunks(0, length, READ_CHUNK):
+                head[start:start + len(part)] = part
+        if hashlib.sha256(head).hexdigest() != table.described["head_sha256"]:
+            raise table.damaged("its head differs from the manifest's head_sha256")
+        return head
+
+    def chunks(self, start: int, length: int, chunk: int) -> Iterator[tuple[int, memoryview | bytes]]:
+        """(offset from `start`, bytes) of the `length` bytes at `start`, at most `chunk` at a time."""
+        for at in range(0, length, chunk):
+            yield at, self.read(start + at, min(chunk, length - at))
 
     def read(self, start: int, length: int) -> memoryview | bytes:
         return self.read_many([(start, length)])[0]
@@ -254,13 +281,21 @@ class _Held:
         return got[key]
 
     def whole_column(self) -> np.ndarray:
-        """Every shard's first record (int64), each block checked: read at once (8 bytes a shard)."""
+        """Every shard's first record (int64, 8 bytes a shard), each block checked: mapped, or read from a
+        store READ_CHUNK at a time."""
         if self.column is None:
-            layout = self.table.layout
-            raw = self.read(layout.first_at, layout.rows_at - layout.first_at)
-            parts = [self.checked(0, b, raw[8 * b * BLOCK_ROWS:8 * min((b + 1) * BLOCK_ROWS, layout.shards)])
-                     for b in range(layout.blocks)]
-            self.column = np.frombuffer(raw, FIRST).view(np.int64) if parts else np.zeros(0, np.int64)
+            layout, whole = self.table.layout, BLOCK_ROWS * FIRST.itemsize
+            if self.map is not None and layout.shards:  # the map's pages: no copy
+                column = np.frombuffer(self.read(layout.first_at, layout.rows_at - layout.first_at), FIRST).view(np.int64)
+            else:  # from a store, whole blocks at most READ_CHUNK at a time, into one array
+                column = np.empty(layout.shards, np.int64)
+            step = max(1, READ_CHUNK // whole) * whole
+            for at, raw in self.chunks(layout.first_at, layout.rows_at - layout.first_at, step):
+                for b in range(at // whole, (at + len(raw) - 1) // whole + 1):
+                    rows = self.checked(0, b, raw[b * whole - at:min((b + 1) * whole - at, len(raw))])
+                    if self.map is None:
+                        column[b * BLOCK_ROWS:b * BLOCK_ROWS + len(rows)] = rows
+            self.column = column
         return self.column
 
 
@@ -275,6 +310,9 @@ class ShardTable(ShardList):
         self.name, self.count = entry["name"], int(entry["shards"])
         self.total_bytes, self.largest = int(entry["shard_bytes"]), int(entry["largest_shard"])
         self.layout = Layout(self.count)
+        if self.count > MAX_SHARDS:
+            raise self.damaged(f"the manifest claims {self.count:,} shards, a table holds at most {MAX_SHARDS:,} (a "
+                               "shard's number has nine digits)")
         if int(entry["bytes"]) != self.layout.size:
             raise self.damaged(f"the manifest gives it {int(entry['bytes']):,} bytes, {self.count:,} shards "
                                f"take {self.layout.size:,}")
@@ -325,10 +363,11 @@ class ShardTable(ShardList):
         return np.diff(column, append=np.int64(self.records))
 
     def check_file(self) -> None:
-        """The whole file against the manifest's sha256 (`datapipe verify`)."""
-        held = self._process()
-        digest = hashlib.sha256(held.read(0, self.layout.size)).hexdigest()
-        if digest != self.described["sha256"]:
+        """The whole file against the manifest's sha256, read READ_CHUNK at a time (`datapipe verify`)."""
+        held, digest = self._process(), hashlib.sha256()
+        for _, part in held.chunks(0, self.layout.size, READ_CHUNK):
+            digest.update(part)
+        if digest.hexdigest() != self.described["sha256"]:
             raise self.damaged("its sha256 differs from the manifest's")
 
 

@@ -18,7 +18,8 @@ import pytest
 from converters import ConvertOptions, convert
 from datapipe.formats import open_dataset
 from datapipe.formats.base import write_dir_manifest
-from datapipe.formats.shard_table import BLOCK_ROWS, Layout, ShardTableDamaged, table_file
+from datapipe.formats import shard_table
+from datapipe.formats.shard_table import BLOCK_ROWS, READ_CHUNK, Layout, ShardTableDamaged, table_file
 from datapipe.formats.tar import END_OF_ARCHIVE
 from datapipe.formats.wds_index import offsets_name, shard_name
 from datapipe.inspect import verify
@@ -26,7 +27,8 @@ from datapipe.records import TABLE_VERSION, Manifest, SplitInfo
 from tests.conftest import IMAGEFOLDER
 from tests.formats.test_index_scale import synthetic_wds
 from tests.shard_tables import edit_shards, list_shards, shard_entries
-from tests.storage.conftest import RangeHandler, isolated_cache, serve, stop_serving
+from tests.storage.conftest import RangeHandler, isolated_cache, serve, stop_serving, upload_folder
+from tests.storage.conftest import s3  # noqa: F401  (a fixture: moto's S3 server on 127.0.0.1)
 
 
 def records(ds) -> list:
@@ -258,3 +260,90 @@ def test_the_content_fingerprint_follows_the_table(packed_wds, tmp_path):
     convert(IMAGEFOLDER, again, ConvertOptions(workers=1, progress=False, shard_bytes=64 << 10))
     assert open_dataset(again).fingerprint == open_dataset(packed_wds).fingerprint != open_dataset(folder).fingerprint
 
+
+
+def claiming(packed_wds: Path, folder: Path, shards: int) -> Path:
+    """A copy of `packed_wds` whose manifest claims `shards` shards in its train table (of the size they take)."""
+    shutil.copytree(packed_wds, folder)
+    body = json.loads((folder / "manifest.json").read_text())
+    body["splits"]["train"]["table"].update(shards=shards, bytes=Layout(shards).size)
+    (folder / "manifest.json").write_text(json.dumps(body))
+    return folder
+
+
+@pytest.fixture
+def logged_s3(s3):
+    """moto's S3 server, noting (method, Range header) of every request of a shard table."""
+    seen: list[tuple[str, str]] = []
+    app = s3.server.app
+
+    def logged(environ, start_response):
+        if environ["PATH_INFO"].endswith(".shards.bin"):
+            seen.append((environ["REQUEST_METHOD"], environ.get("HTTP_RANGE", "")))
+        return app(environ, start_response)
+    s3.server.app = logged
+    return s3, seen
+
+
+def uploaded(s3, seen: list, folder: Path) -> str:
+    url = s3.bucket("data") + f"/{folder.name}"
+    upload_folder(folder, url)
+    seen.clear()  # the uploads
+    return url
+
+
+@pytest.mark.parametrize("shards", [10 ** 10, 10 ** 11])
+def test_a_count_past_what_a_table_holds_is_refused_before_any_of_it_is_read(logged_s3, packed_wds, tmp_path, shards):
+    """Issue #47: the head a crafted count implies (703 MB at 10**10) was asked for whole, and held twice."""
+    s3, seen = logged_s3
+    url = uploaded(s3, seen, claiming(packed_wds, tmp_path / "crafted.wds", shards))
+    with pytest.raises(ShardTableDamaged, match=rf"^{url}/train.shards.bin: the manifest claims {shards:,} shards, a "
+                                                rf"table holds at most 1,000,000,000 \(a shard's number has nine "
+                                                rf"digits\){ONE_LINE}"):
+        open_dataset(url, cache_dir=tmp_path / "cache")
+    assert seen == []
+
+
+def test_a_big_head_is_read_only_from_a_table_of_the_size_its_count_implies(logged_s3, packed_wds, tmp_path):
+    s3, seen = logged_s3
+    real = (packed_wds / "train.shards.bin").stat().st_size
+    url = uploaded(s3, seen, claiming(packed_wds, tmp_path / "crafted.wds", 10 ** 8))
+    layout = Layout(10 ** 8)
+    assert layout.head > READ_CHUNK
+    with pytest.raises(ShardTableDamaged, match=rf"^{url}/train.shards.bin: the manifest claims 100,000,000 shards, "
+                                                rf"a table of {layout.size:,} bytes; the store holds {real:,} "
+                                                rf"bytes{ONE_LINE}"):
+        open_dataset(url, cache_dir=tmp_path / "cache")
+    assert seen == [("HEAD", "")]  # its size, and nothing of it
+
+
+def test_a_table_is_read_from_a_store_in_bounded_chunks(logged_s3, packed_wds, tmp_path, monkeypatch):
+    """The head and the `first` column come READ_CHUNK at a time (here 64 bytes; blocks stay whole)."""
+    monkeypatch.setattr(shard_table, "READ_CHUNK", 64)
+    s3, seen = logged_s3
+    url = uploaded(s3, seen, Path(shutil.copytree(packed_wds, tmp_path / "fixture.wds")))
+    local = open_dataset(packed_wds)
+    layout = Layout(len(local.shard_entries()))
+    assert layout.head > 64 and layout.rows_at - layout.first_at <= 8 * BLOCK_ROWS
+    ds = open_dataset(url, cache_dir=tmp_path / "cache")
+    head = [f"bytes={a}-{min(a + 64, layout.head) - 1}" for a in range(0, layout.head, 64)]
+    assert seen == [("HEAD", "")] + [("GET", r) for r in head]
+    assert ds.shard_sizes().tolist() == local.shard_sizes().tolist()
+    assert seen[-1] == ("GET", f"bytes={layout.first_at}-{layout.rows_at - 1}")  # one block: the smallest whole piece
+    assert records(ds) == records(local)
+
+
+@pytest.mark.forked  # tracemalloc in a child with one thread (tests/forked.py)
+def test_a_local_table_claiming_a_crafted_count_is_refused_in_one_line_without_memory(packed_wds, tmp_path):
+    folder = claiming(packed_wds, tmp_path / "crafted.wds", 10 ** 11)
+    where = re.escape(str(folder / "train.shards.bin"))
+    open_dataset(packed_wds)  # what the first open imports is not counted
+    tracemalloc.start()
+    try:
+        with pytest.raises(ShardTableDamaged, match=f"^{where}: the manifest claims 100,000,000,000 shards, a table "
+                                                    f"holds at most 1,000,000,000 .*{ONE_LINE}"):
+            open_dataset(folder)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 << 20, peak  # as an honest open (~1 MiB: the manifest's read); the head claimed: 7 GB
