@@ -51,12 +51,15 @@ class BatchStage:
         return images, self.targets(labels, lam.to(labels.device))
 
     def targets(self, labels: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
-        """timm's mixup_target: smoothed one-hots of each label and of its partner's, mixed by lam."""
+        """timm's mixup_target: smoothed one-hots of each label and of its partner's, mixed by lam. A record
+        without a label (-1) gives a row of zeros: it adds nothing to the loss (datapipe train counts such
+        records and refuses them; it was an index error here, before the loop saw the batch)."""
         off = self.recipe.label_smoothing / self.num_classes
         on = 1.0 - self.recipe.label_smoothing + off
         def one_hot(y: torch.Tensor) -> torch.Tensor:
             out = torch.full((len(y), self.num_classes), off, device=y.device)
-            return out.scatter_(1, y.long().view(-1, 1), on)
+            out.scatter_(1, y.long().clamp(min=0).view(-1, 1), on)
+            return out * (y >= 0).view(-1, 1)
         lam = lam.view(-1, 1).to(torch.float32)
         return one_hot(labels) * lam + one_hot(labels.flip(0)) * (1 - lam)
 

@@ -29,6 +29,22 @@ def test_label_smoothing_alone_gives_timm_soft_targets():
     assert torch.allclose(targets[0, 1:], torch.full((9,), 0.01))
 
 
+@pytest.mark.parametrize("recipe", [Recipe(label_smoothing=0.1), Recipe(mixup_alpha=0.8), Recipe(cutmix_alpha=1.0)])
+def test_a_record_without_a_label_adds_nothing_to_the_soft_targets(recipe):
+    """Label -1 (a record of shards without .cls) was an index error in the batch stage, before the loop
+    that counts and refuses such records saw the batch."""
+    images, labels, indices = batch(classes=5)
+    labels[2] = -1
+    stage = BatchStage(recipe, seed=7, num_classes=5, normalized=True)
+    _, targets = stage(images.clone(), labels, indices, epoch=0, position=0, rank=0)
+    known = run(recipe, data=(images, labels.clamp(min=0), indices))[2][1]
+    partner = len(labels) - 1 - 2
+    assert torch.all(targets[:, :] >= 0) and torch.isfinite(targets).all()
+    assert targets[2].sum() < known[2].sum() and targets[partner].sum() < known[partner].sum() + 1e-6
+    others = [k for k in range(len(labels)) if k not in (2, partner)]
+    assert torch.allclose(targets[others], known[others])
+
+
 def test_mixup_blends_each_sample_with_its_mirror_and_mixes_the_targets():
     images, labels, (mixed, targets) = run(Recipe(mixup_alpha=0.8))
     lam = float(targets[0, labels[0]] if labels[0] != labels.flip(0)[0] else 1.0)
