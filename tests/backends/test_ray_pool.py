@@ -119,6 +119,8 @@ def test_a_loader_that_started_its_own_ray_leaves_no_ray_process(ray_home, packe
         listening = {c.laddr.ip for c in psutil.net_connections("tcp")
                      if c.status == psutil.CONN_LISTEN and c.pid in ours | {os.getpid()}}
         assert listening and listening <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening  # was '*': every interface
+        session = Path(ray._private.worker._global_node.get_session_dir_path())
+        assert temp in session.parents  # its files in a folder of its own there (was /tmp/ray/session_*)
         second = make_loader(packed_lmdb, backend="ray", pool_workers=1, **TINY)  # shares the Ray
         assert sum(len(b.indices) for b in loader) == 27
         del loader
@@ -132,7 +134,7 @@ def test_a_loader_that_started_its_own_ray_leaves_no_ray_process(ray_home, packe
     assert not ray.is_initialized()
     left = [p for p in psutil.process_iter(["cmdline"]) if str(temp) in " ".join(p.info["cmdline"] or [])]
     assert left == []
-    assert list(temp.iterdir()) == []  # its folder removed with it (before: a session folder left a run)
+    assert not session.exists() and list(temp.iterdir()) == []  # removed with it (was: left, ~220 KB a run)
 
 
 @pytest.mark.parametrize("recipe", ["default", "deit"])
