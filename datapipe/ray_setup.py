@@ -17,7 +17,6 @@ from typing import Any
 
 from .errors import ExpectedError, first_line, shortened
 
-log = logging.getLogger(__name__)
 
 JOIN_TIMEOUT_S = 30.0  # the name resolved, the port connected and Ray's GCS answering, each within what is left
 # Ray on Linux takes the machine's routable address and listens on every interface unless this is 0
