@@ -188,8 +188,11 @@ class Loader(abc.ABC):
                                  f"this loader has {key}={mine[key]!r}")
         if state.get("dataset") and mine["dataset"] and state["dataset"] != mine["dataset"]:
             raise ValueError(f"cannot resume: the state was saved over other records than {redact(self.dataset.path)} "
-                             "holds now (another dataset, or this one re-converted since); resume with the dataset it "
-                             "was saved with")
+                             "holds now (another dataset, this one re-converted, or an image folder's files renamed, "
+                             "moved, added or removed since); resume with the dataset it was saved with")
+        if mine["dataset"] and not state.get("dataset") and state.get("samples_done"):  # saved before folders had one
+            log.warning("resuming mid-epoch over %s from a state without its fingerprint: not checked against changes "
+                        "since it was saved", redact(self.dataset.path))
         saved_size, epoch = state.get("image_size"), int(state["epoch"])
         if saved_size is not None and state.get("batches_done") and saved_size != self.image_size_at(epoch):
             raise ValueError(f"cannot resume: epoch {epoch} was served at image_size {saved_size}, this loader serves "

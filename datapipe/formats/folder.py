@@ -59,7 +59,9 @@ class FolderDataset(Dataset):
     """One split of `root/class/*` or `root/split/class/*`; records are not checksummed. The file
     list is a shared memory-mapped index (folder_index.py), so workers get no copy of it. A caption
     `NAME.txt` and metadata `NAME.json` beside an image are read with its record (only the kinds the
-    scan found in the split are looked for: the index holds nothing of them)."""
+    scan found in the split are looked for: the index holds nothing of them). Its fingerprint is its
+    listing's (each file's relative path, key and label, in record order: the index's digest), so a
+    resume position is refused once a file was renamed, moved, added or removed; its bytes are not read."""
 
     format = NAME
     validated = False
@@ -68,6 +70,7 @@ class FolderDataset(Dataset):
         self.index, classes, self.fields = _scan(Path(path), split, index_cache(cache_dir))
         give_back_freed_memory(len(self.index))  # and the index's in-memory arrays, now memory-mapped
         super().__init__(path, split=split, classes=classes, size=len(self.index))
+        self.fingerprint = f"folder listing {self.index.digest()}"
 
     def file_path(self, index: int) -> Path:
         return self.path / os.fsdecode(self.index.name(self._check(index)))
