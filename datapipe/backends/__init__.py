@@ -44,8 +44,7 @@ def choose_backend(backend: str, device: torch.device, *, remote: bool = False) 
         return "dataloader", ("no CUDA, remote dataset: worker processes may call the object store themselves, "
                               "threads of the rank process may not (datapipe.storage.isolate)")
     return "threads", ("no CUDA, local dataset: decode threads fill preallocated batch buffers, no worker "
-                       "processes or pickling (1.08-1.10x the dataloader's images/s with 9% less CPU "
-                       "per image on ImageNet-sized photos, measured: docs/loaders.md)")
+                       "processes or pickling (docs/loaders.md: why, and when the dataloader is better)")
 
 
 def _loader_class(name: str) -> type[Loader]:
@@ -197,8 +196,20 @@ def make_loader(source: "str | Path | Dataset | Mix", *, split: str = "train", b
     loader = _loader_class(name)(dataset, order, options, reason=reason)
     if schedule is not None:
         loader.set_image_size(schedule)
-    log.info("datapipe: %s backend (%s) over %s", name, reason, dataset)
+    _announce(name, reason, dataset)
     return loader
+
+
+_announced: set[tuple[str, str]] = set()
+
+
+def _announce(name: str, reason: str, dataset: Dataset) -> None:
+    """One INFO line a loader; the reason for the backend in full once a process (a run's train and val
+    loaders, a bench's rows: the same reason each time), then its first clause."""
+    short = reason.split(":")[0].split(" (")[0]
+    shown = short if (name, reason) in _announced else reason
+    _announced.add((name, reason))
+    log.info("datapipe: %s backend (%s) over %s", name, shown, dataset)
 
 
 __all__ = ["make_loader", "choose_backend", "Batch", "Loader", "LoaderOptions", "BACKENDS", "batch_type"]

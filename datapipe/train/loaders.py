@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ..augment.resolution import sizes_text
 from ..backends import Loader, make_loader
 from ..formats import open_dataset
 from ..formats.base import Dataset
@@ -34,7 +35,7 @@ def build_loaders(config: TrainConfig, device: torch.device) -> tuple[Loader, Lo
     # where the train pool fills the cluster (a local Ray of few cores); the pools take turns
     train = make_loader(source, split="train", train=True, drop_last=True, image_size=config.train_sizes,
                         persistent_workers=config.backend != "ray", **common)
-    log.info("image size: train %s, eval %d", config.image_size, config.eval_size)
+    log.info("image size: train %s, eval %d", sizes_text(config.image_size), config.eval_size)
     if train.mix is not None:
         log.info("mix: %s", "; ".join(f"{r['source']} {r['weight']:.3f} ({r['draws']} an epoch)" for r in train.mix.table(0)))
     return train, _val_loader(config, common, train.mix)

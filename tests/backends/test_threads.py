@@ -1,6 +1,7 @@
 """The thread backend: the dataloader backend's batches exactly, its buffers never reused early, no
 decode thread left behind, and an error in a thread raised in the consumer, naming the record."""
 import gc
+import logging
 import subprocess
 import sys
 import threading
@@ -140,7 +141,26 @@ def test_auto_picks_threads_for_a_local_dataset_and_processes_for_a_remote_one_s
     name, reason = choose_backend("auto", torch.device("cpu"), remote=True)
     assert name == "dataloader" and "object store" in reason
     name, reason = choose_backend("auto", torch.device("cpu"))
-    assert name == "threads" and "measured" in reason
+    assert name == "threads" and "docs/loaders.md" in reason
+
+
+def test_the_backends_reason_is_logged_whole_once_a_process(packed_lmdb, caplog):
+    """A run's train and val loaders printed the same banner, reason and all, twice (#48 row 13)."""
+    from datapipe import backends, make_loader
+
+    backends._announced.clear()
+    with caplog.at_level(logging.INFO, logger="datapipe"):
+        for split in ("train", "val"):
+            make_loader(packed_lmdb, split=split, batch_size=2, image_size=16, backend="threads", num_workers=0)
+    banners = [r.getMessage() for r in caplog.records if "backend (" in r.getMessage()]
+    assert len(banners) == 2 and "(requested)" in banners[0] and "(requested)" in banners[1]
+    backends._announced.clear()
+    with caplog.at_level(logging.INFO, logger="datapipe"):
+        caplog.clear()
+        for split in ("train", "val"):
+            make_loader(packed_lmdb, split=split, batch_size=2, image_size=16, num_workers=0)
+    first, second = [r.getMessage() for r in caplog.records if "backend (" in r.getMessage()]
+    assert "preallocated batch buffers" in first and "threads backend (no CUDA, local dataset) over" in second
 
 
 @pytest.mark.parametrize("path", ["table", "torch"])
