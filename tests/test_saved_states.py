@@ -1,0 +1,82 @@
+"""States saved before the house moved (fixtures/states/, written by the code at a97eded, before #49's
+package layout) load and resume unchanged: a single dataset's loader state mid-epoch, a Mix's, and a
+`datapipe train` checkpoint over the packed fixture.
+
+The loader states were written over the fixture folder converted as tests/conftest.py converts it (the
+fingerprint in each state is that conversion's, so the session's packed datasets are the ones they
+belong to). The checkpoint is resnet18 at 16 px after one step, its float tensors (weights, optimizer
+buffers) zeroed and the file gzipped (~90 MB of random weights would not belong in the repository);
+every other field is as that run wrote it, and its digest footer was written by that code's save.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from datapipe import Mix, make_loader
+from datapipe.cli import main
+from datapipe.train.checkpoint import load
+
+STATES = Path(__file__).resolve().parents[1] / "fixtures" / "states"
+SMALL = dict(batch_size=5, image_size=32, num_workers=1)
+
+
+def saved(name: str) -> dict:
+    return json.loads((STATES / f"{name}.json").read_text())
+
+
+def next_batch(loader, shown) -> dict:
+    batch = next(iter(loader))
+    return {f: [int(v) for v in getattr(batch, f)] for f in shown}
+
+
+def fresh_at(source, state, shown, **extra) -> dict:
+    """A loader that was never stopped, advanced to the saved position: its next batch."""
+    loader = make_loader(source, backend="threads", **SMALL, **extra)
+    loader.set_epoch(state["epoch"])
+    it = iter(loader)
+    for _ in range(state["batches_done"]):
+        next(it)
+    batch = next(it)
+    return {f: [int(v) for v in getattr(batch, f)] for f in shown}
+
+
+def test_a_single_dataset_loader_state_resumes_at_its_position(packed_lmdb):
+    written = saved("loader_single")
+    loader = make_loader(str(packed_lmdb), backend="threads", **SMALL)
+    loader.load_state_dict(written["state"])
+    got = next_batch(loader, ["indices"])
+    assert got == written["next_batch"] == fresh_at(str(packed_lmdb), written["state"], ["indices"])
+
+
+def test_a_mix_loader_state_resumes_at_its_position(packed_lmdb, packed_hdf5):
+    written = saved("loader_mix")
+    assert "mix" in written["state"]
+
+    def mix():
+        return Mix({"lm": str(packed_lmdb), "h5": str(packed_hdf5)}, weights={"lm": 0.6, "h5": 0.4})
+
+    fields = dict(fields=("image", "label", "source"))
+    loader = make_loader(mix(), backend="threads", **SMALL, **fields)
+    loader.load_state_dict(written["state"])
+    got = next_batch(loader, ["sources", "indices"])
+    assert got == written["next_batch"] == fresh_at(mix(), written["state"], ["sources", "indices"], **fields)
+
+
+def test_a_train_checkpoint_resumes(packed_lmdb, tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    with gzip.open(STATES / "train_last.pt.gz", "rb") as src, open(out / "last.pt", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    before = load(out / "last.pt")
+    assert before["step"] == 1
+    code = main(["train", str(packed_lmdb), "--out", str(out), "--resume", str(out / "last.pt"), "--workers", "1",
+                 "--backend", "threads"])
+    assert code == 0, capsys.readouterr().err
+    after = load(out / "last.pt")
+    assert after["step"] > before["step"]
+    assert after["config"]["model"] == "resnet18" and after["config"]["image_size"] == before["config"]["image_size"]
