@@ -74,8 +74,8 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
 def _run_convert(args: argparse.Namespace) -> int:
     from converters import ConvertOptions, convert
 
-    from .inspect import counted, plain
-    from .inspect import human_size as _human
+    from .errors import counted, plain
+    from .errors import human_size as _human
 
     if args.quality is not None and args.resize_max is None:
         raise ValueError("--quality sets the JPEG quality of --resize-max's re-encode and does nothing alone: add "
@@ -376,7 +376,7 @@ def _add_preview(sub: argparse._SubParsersAction) -> None:
 
 def _run_preview(args: argparse.Namespace) -> int:
     from .cli_recipe import train_recipe
-    from .inspect import counted
+    from .errors import counted
     from .preview import PreviewOptions, describe_recipe, preview
 
     options = PreviewOptions(recipe=train_recipe(args, {}) or "default", records=args.records, epochs=args.epochs,
@@ -448,7 +448,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _shown(message: str) -> str:
     """An error as the terminal gets it: a name from a dataset or a file cannot move the cursor, retitle
     or clear it (control characters shown as escapes, line breaks kept), nor fill the screen (cut)."""
-    from .inspect import plain
+    from .errors import plain
     return "\n".join(plain(line, limit=2000) for line in message.split("\n")[:20])
 
 

@@ -65,7 +65,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(as_json(checks), indent=2, default=str))
         return 0
-    from .inspect import plain
+    from .errors import plain
 
     marks = {"ok": "  ok ", "warn": "WARN ", "info": "info "}
     for c in checks:  # a value may quote a path or a cluster's reply: no control character reaches the terminal

@@ -77,3 +77,26 @@ def summary(items: Collection[object], what: str, plural: str | None = None, *, 
         return f"{len(items):,} {many}: {first}"
     head = "the first" if show == 1 else f"the first {min(show, len(items))}"
     return f"{len(items):,} {many}, {head}: {first}" + (", ..." if 1 < show < len(items) else "")
+
+
+def plain(text: object, limit: int = 200) -> str:
+    """Text from a dataset (a class or file name, a reason) as a terminal line shows it: control and
+    other unprintable characters as escapes (none reaches the terminal), cut to about `limit` characters."""
+    text = str(text)
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def counted(n: int, word: str, plural: str | None = None) -> str:
+    """'1 shard', '2 shards', '3 classes' (with `plural` given)."""
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
+def human_size(n: float) -> str:
+    """A byte count for people: 512 B, 1.5 KB, 2.3 GB (powers of 1000)."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return str(n)

@@ -10,6 +10,7 @@ from tqdm import tqdm
 from .formats import open_dataset, read_manifest
 from .formats.base import Dataset
 from .formats.trusted import check_sha256
+from .errors import counted, human_size, plain
 from .records import CHAIN_START, SplitInfo, chain_digest, record_digest
 from .scan import scan_folder
 from .storage import is_url, redact
@@ -51,29 +52,6 @@ def _carried(files: list[Any]) -> list[str]:
         if f.fields:
             info.note_fields(f.fields)
     return info.fields
-
-
-def plain(text: object, limit: int = 200) -> str:
-    """Text from a dataset (a class or file name, a reason) as a terminal line shows it: control and
-    other unprintable characters as escapes (none reaches the terminal), cut to about `limit` characters."""
-    text = str(text)
-    if not text.isprintable():
-        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def counted(n: int, word: str, plural: str | None = None) -> str:
-    """'1 shard', '2 shards', '3 classes' (with `plural` given)."""
-    return f"{n} {word if n == 1 else plural or word + 's'}"
-
-
-def human_size(n: float) -> str:
-    """A byte count for people: 512 B, 1.5 KB, 2.3 GB (powers of 1000)."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1000
-    return str(n)
 
 
 CLASS_LINE = 100  # characters of class names `info`'s text shows; --json lists them all

@@ -28,8 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .durable import open_own
-from .errors import ExpectedError
-from .inspect import plain
+from .errors import ExpectedError, plain
 
 HEARTBEAT_S = 30.0  # the holder touches its lock this often
 STALE_S = 600.0  # another host's lock untouched this long is taken for dead
@@ -58,7 +57,7 @@ os.register_at_fork(after_in_child=_close_in_child)
 
 def describe(holder: dict) -> str:
     """"host H, pid P, started S", each field as read from a lock file that anyone who can write its
-    folder may have written: escaped and cut (inspect.plain)."""
+    folder may have written: escaped and cut (errors.plain)."""
     return ", ".join(f"{label} {plain(holder.get(key, '?'), FIELD_CHARS)}"
                      for label, key in (("host", "host"), ("pid", "pid"), ("started", "since")))
 

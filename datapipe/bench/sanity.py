@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..inspect import plain
+from ..errors import plain
 from .window import DRAIN_BATCHES, Timing
 
 if TYPE_CHECKING:

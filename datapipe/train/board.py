@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..durable import atomic_write
-from ..inspect import counted
+from ..errors import counted
 
 log = logging.getLogger("datapipe.train")
 AUTO, OFF = "auto", "off"

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..inspect import counted
+from ..errors import counted
 
 # How a run ended -> the words of its last line
 ENDINGS = {"epochs": "finished", "max_steps": "stopped at --max-steps", "preempted": "stopped by a signal",
