@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml setup.py datapipe/_jpeg_region.c datapipe/_no
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -e ".[dev]"
-	@$(BIN)/python -c "from datapipe.transforms import region_decoder_available as b; print('region JPEG decoder:', \
+	@$(BIN)/python -c "from datapipe.augment.view import region_decoder_available as b; print('region JPEG decoder:', \
 		'in use' if b() else 'NOT in use (no libjpeg headers: apt-get install libjpeg-dev, then make clean install)')"
 	touch $@
 

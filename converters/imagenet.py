@@ -24,7 +24,7 @@ from typing import Any
 
 from datapipe.formats.tar import walk_tar
 from datapipe.records import ClassIndex
-from datapipe.scan import (DiskTree, FolderLayout, ImageFile, detect_layout, is_image_name, make_key, scan_folder,
+from datapipe.formats.scan import (DiskTree, FolderLayout, ImageFile, detect_layout, is_image_name, make_key, scan_folder,
                            walk_relpaths)
 
 from .imagenet_labels import ValLabels, devkit_labels, solution_labels

@@ -14,8 +14,8 @@ import os
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from datapipe.dataset_files import BadDatasetFile, open_regular
-from datapipe.headers import BadImageError
+from datapipe.storage.dataset_files import BadDatasetFile, open_regular
+from datapipe.image.headers import BadImageError
 
 from .members import Member
 
@@ -56,7 +56,7 @@ def open_input(path: str) -> BinaryIO:
     A member of an archive (converters.members) opens its archive and reads only its own bytes."""
     if isinstance(path, Member):
         return path.opened(open_input(path.archive))  # type: ignore[no-any-return]
-    try:  # the one open of a dataset's files (datapipe.dataset_files)
+    try:  # the one open of a dataset's files (datapipe.storage.dataset_files)
         fd = open_regular(path, what="image file", fix="it is skipped")
     except BadDatasetFile as exc:
         raise BadImageError(f"not a regular file ({exc.kind})" if exc.kind else exc.reason) from None

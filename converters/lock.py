@@ -1,5 +1,5 @@
 """One writer per output: `DST.lock` beside a conversion's destination, naming its holder (the
-mechanism, shared with `datapipe train --out`, is datapipe.output_lock: flock on this host, a
+mechanism, shared with `datapipe train --out`, is datapipe.storage.output_lock: flock on this host, a
 heartbeat for other hosts, a dead holder's lock taken over, a link at the path refused).
 A second conversion to the same path is refused in one line naming the holder, before it looks at,
 resumes or removes (`--overwrite`) the holder's staging folder.
@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from datapipe.output_lock import STALE_S, describe, hold
+from datapipe.storage.output_lock import STALE_S, describe, hold
 
 from .errors import ConvertError
 

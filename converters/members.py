@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any, BinaryIO
 
-from datapipe.headers import BadImageError
+from datapipe.image.headers import BadImageError
 
 
 class Member(str):

@@ -2,7 +2,7 @@
 
 `.wds` is written shard by shard by parallel tasks (`converters.sharded`, on the local or the Ray
 engine). LMDB and HDF5 are single files with one writer: workers read and check files
-(datapipe.decode.check_image) and the main process writes them in write order, so the output is
+(datapipe.image.decode.check_image) and the main process writes them in write order, so the output is
 identical for any number of workers and after any --resume; every `checkpoint_every` files the
 writer makes its data durable and then the progress file is replaced.
 """
@@ -21,9 +21,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from datapipe.decode import AWKWARD, VALIDATION, check_image
+from datapipe.image.decode import AWKWARD, VALIDATION, check_image
 from datapipe.formats import FormatSpec, format_for, staging_path
-from datapipe.headers import BadImageError
+from datapipe.image.headers import BadImageError
 from datapipe.records import Fields, Manifest, Record, SplitInfo, record_digest
 from datapipe.resources import cpus_per_rank
 from datapipe.storage import RemoteStore, is_url, redact

@@ -27,9 +27,9 @@ from typing import Any, BinaryIO
 
 from datapipe.formats.parquet import Rows, read_rows, row_group_images, row_record
 from datapipe.formats.parquet_schema import UNLABELED, HubFile, pyarrow, read_hub_file, resolve_classes, shown, split_of
-from datapipe.headers import BadImageError
+from datapipe.image.headers import BadImageError
 from datapipe.records import ClassIndex
-from datapipe.scan import SPLIT_NAMES, FolderLayout, ImageFile, make_key, printable
+from datapipe.formats.scan import SPLIT_NAMES, FolderLayout, ImageFile, make_key, printable
 
 from .members import Member
 
@@ -119,7 +119,7 @@ def _rows(info: HubFile, root: Path, classes: ClassIndex, taken: set[str],
           skipped: list[dict[str, str]]) -> list[list[ImageFile]]:
     """Each row group's rows of one file as ImageFiles, with their caption and multi-labels; rows
     with a label outside the classes or a caption that is not UTF-8 go to `skipped`. A file name
-    that is not UTF-8 is shown with \\xNN escapes (datapipe.scan.printable), as a folder's."""
+    that is not UTF-8 is shown with \\xNN escapes (datapipe.formats.scan.printable), as a folder's."""
     rel = printable(info.path.relative_to(root).as_posix() if info.path != root else info.path.name)
     stem = rel[: -len(".parquet")] if rel.lower().endswith(".parquet") else rel
     data = _file_rows(info)

@@ -26,7 +26,7 @@ from datapipe.errors import first_line
 from datapipe.formats import FORMATS, FormatSpec, format_for, open_dataset, read_manifest, staging_path
 from datapipe.formats.base import Dataset, Writer
 from datapipe.records import Manifest, Record, SplitInfo, record_digest
-from datapipe.scan import check_key
+from datapipe.formats.scan import check_key
 from datapipe.storage import StoreNotFound, is_url, redact
 
 from .errors import ConvertError

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from datapipe.decode import check_image
+from datapipe.image.decode import check_image
 from datapipe.formats.wds import ShardFile
 from datapipe.formats.wds_index import idx_name, sample_starts
-from datapipe.headers import BadImageError
+from datapipe.image.headers import BadImageError
 from datapipe.records import Record, field_union, record_digest
 from datapipe.storage import RemoteStore, StoreNotFound, redact
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from datapipe.headers import BadImageError
+from datapipe.image.headers import BadImageError
 from datapipe.records import NO_FIELDS, Fields, record_digest
 
 from .inputs import open_input, reading

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datapipe.durable import open_own
+from datapipe.storage.durable import open_own
 from datapipe.formats.base import fsync_file, write_json_atomic
 from datapipe.records import SplitInfo
 

@@ -25,10 +25,10 @@ from pathlib import Path
 
 from datapipe.formats.tar import Component, samples_before_damage
 from datapipe.formats.wds_foreign import IMAGE_EXTS, expand_shards, parse_cls, shard_folder
-from datapipe import field_text
+from datapipe.formats import field_text
 from datapipe.errors import summary
 from datapipe.records import ClassIndex, Fields, inferred_class_names, multi_labels
-from datapipe.scan import FolderLayout, ImageFile, make_key
+from datapipe.formats.scan import FolderLayout, ImageFile, make_key
 
 from .imagenet import find_download
 from .members import ArchiveMember
@@ -64,7 +64,7 @@ def shard_paths(src: str | Path) -> list[str] | None:
 
 def _read_fields(fd: int, found: dict[str, Component]) -> tuple[str | None, str | None, tuple[int, ...] | None]:
     """The caption (as written), canonical metadata and class ids of one sample (None where it has no
-    such member); a ValueError naming the member that cannot be read as one (datapipe.field_text)."""
+    such member); a ValueError naming the member that cannot be read as one (datapipe.formats.field_text)."""
     def member(ext: str) -> bytes | None:
         if ext not in found:
             return None

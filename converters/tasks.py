@@ -12,7 +12,7 @@ from pathlib import Path
 
 from datapipe.formats.tar import BLOCK, padded
 from datapipe.records import NO_FIELDS, Fields
-from datapipe.scan import FolderLayout, ImageFile, scan_folder, scan_labelled
+from datapipe.formats.scan import FolderLayout, ImageFile, scan_folder, scan_labelled
 from datapipe.storage.urls import is_url, redact
 
 from .imagenet import scan_imagenet

@@ -11,7 +11,7 @@
  * CMYK as Adobe-inverted, "CMYK;I", then converts: cmyk_row_to_rgb; tests compare with Pillow).
  * A libjpeg error raises ValueError. Its warnings (corrupt entropy data, which libjpeg decodes
  * past) are ignored, as Pillow ignores them, and so is a missing end: the rows below the region are
- * never read, so the caller checks for the EOI marker (datapipe.transforms.region_decoding). The GIL
+ * never read, so the caller checks for the EOI marker (datapipe.augment.view.region_decoding). The GIL
  * is released while decoding. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -11,7 +11,7 @@ from typing import Any
 
 SHOWN = 60  # characters of a refused value's repr in a message
 # A seed: a non-negative int of 63 bits (numpy's SeedSequence refuses negatives; torch.manual_seed
-# takes 64 bits at most; datapipe.order mixes it into 64-bit keys).
+# takes 64 bits at most; datapipe.order.permutation mixes it into 64-bit keys).
 MAX_SEED = 2**63 - 1
 
 

@@ -17,7 +17,7 @@ import torch
 from .augment.recipe import Recipe, resolve_recipe
 from .backends import dali_installed, make_loader
 from .errors import ExpectedError, first_line
-from .mix import Mix
+from .mix.sources import Mix
 
 if TYPE_CHECKING:
     from PIL import Image

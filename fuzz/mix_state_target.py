@@ -1,6 +1,6 @@
 """The `mix_state` fuzz target: a loader state over a datapipe.Mix (its `mix` block: names, fingerprints,
 epoch size, classes, counts, streams, draws before the epoch), as a hand-edited checkpoint or a
-stranger's file would give it, loaded by a mix's order (datapipe/mix_order.py, mix_state.py).
+stranger's file would give it, loaded by a mix's order (datapipe/mix/order.py, datapipe/mix/state.py).
 fuzz/targets.py registers it.
 
 An input is one mode byte, then the state as JSON (a state_dict is plain values). Mode bit 0 picks the
@@ -31,7 +31,7 @@ def _curriculum(epoch: int) -> dict[str, float]:
 
 def _mix(curriculum: bool):
     from datapipe.formats.base import Dataset
-    from datapipe.mix import Mix
+    from datapipe.mix.sources import Mix
 
     class Sized(Dataset):
         """`size` records the order counts and never reads."""
@@ -48,8 +48,8 @@ def _mix(curriculum: bool):
 
 
 def _order(mix, world: int, rank: int = 0, repeats: int = 1):
-    from datapipe.mix_order import MixOrder, MixState
-    from datapipe.sharding import Shard
+    from datapipe.mix.order import MixOrder, MixState
+    from datapipe.order.sharding import Shard
 
     return MixOrder(mix.epoch_size, 8, Shard(rank, world), 3, repeats=repeats, state=MixState(mix))
 
@@ -81,7 +81,7 @@ def _serve(orders: list, offset: int, epoch: int) -> tuple[dict, list[list[int]]
 
 
 def check_mix_state(data: bytes) -> None:
-    import datapipe.mix_order  # noqa: F401 (imported before the clock starts, as the other targets do)
+    import datapipe.mix.order  # noqa: F401 (imported before the clock starts, as the other targets do)
 
     start = time.process_time()
     if not data:
@@ -133,5 +133,5 @@ def _check_keys(mix, keys: list[list[int]], epoch: int, repeats: int) -> None:
         raise Finding(f"mix_state: sources served {served.tolist()} past the epoch's draws {draws.tolist()} x {repeats}")
 
 
-TARGET = Target("mix_state", check_mix_state, mix_state_seeds, ("datapipe.mix_state", "datapipe.mix_order"),
+TARGET = Target("mix_state", check_mix_state, mix_state_seeds, ("datapipe.mix.state", "datapipe.mix.order"),
                 memory=(64, 4 << 20))

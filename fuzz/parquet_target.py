@@ -85,7 +85,7 @@ def check_parquet(data: bytes) -> None:
     from converters.inputs import open_input
     from converters.parquet import scan_parquet
     from datapipe.formats.parquet import ParquetDataset
-    from datapipe.headers import BadImageError
+    from datapipe.image.headers import BadImageError
 
     global _PARQUET_DIR
     if _PARQUET_DIR is None:

@@ -73,9 +73,9 @@ def check_sidecars(data: bytes) -> None:
     raised, in time, within the memory bound."""
     import re
 
-    from datapipe import field_text
+    from datapipe.formats import field_text
     from datapipe.records import Fields
-    from datapipe.scan import scan_folder
+    from datapipe.formats.scan import scan_folder
 
     root, flags = _plant_sidecars(data)
     start = time.process_time()
@@ -99,5 +99,5 @@ def check_sidecars(data: bytes) -> None:
 
 
 TARGET = Target("sidecars", check_sidecars, sidecar_seeds,
-                             ("datapipe.scan", "datapipe.dataset_files", "datapipe.field_text", "json"),
+                             ("datapipe.formats.scan", "datapipe.storage.dataset_files", "datapipe.formats.field_text", "json"),
                              memory=(64, 4 << 20))

@@ -52,7 +52,7 @@ def _plant(data: bytes) -> tuple[Path, int]:
     """The schedule file as the input says; (its path, the flag byte)."""
     import os
 
-    from datapipe.cli_train import SCHEDULE_MAX_BYTES
+    from datapipe.cli.train import SCHEDULE_MAX_BYTES
 
     flags, path = (data[0] if data else 0), _folder() / "sizes.json"
     path.unlink(missing_ok=True)
@@ -84,7 +84,7 @@ def check_size_schedule(data: bytes) -> None:
     import argparse
 
     from datapipe.augment.resolution import MAX_IMAGE_SIZE, MIN_IMAGE_SIZE
-    from datapipe.cli_train import size_schedule_file
+    from datapipe.cli.train import size_schedule_file
     from datapipe.train.config import TrainConfig
 
     path, flags = _plant(data)
@@ -114,5 +114,5 @@ def check_size_schedule(data: bytes) -> None:
 
 
 TARGET = Target("size_schedule", check_size_schedule, size_schedule_seeds,
-                ("datapipe.cli_train", "datapipe.augment.resolution", "datapipe.dataset_files", "json"),
+                ("datapipe.cli.train", "datapipe.augment.resolution", "datapipe.storage.dataset_files", "json"),
                 memory=(256, 1 << 20))

@@ -111,7 +111,7 @@ def region_seeds() -> list[bytes]:
 
 def pillow_verdict(data: bytes, whole: bool = True) -> bool:
     """Whether Pillow decodes the stream at 1/8 scale, entropy data and all: handed it whole (the
-    validation's decode, datapipe.decode._decode_for_validation, the verdict the skeleton must keep),
+    validation's decode, datapipe.image.decode._decode_for_validation, the verdict the skeleton must keep),
     or, whole=False, read 64 KiB at a time (as the validation did before: it could miss an error
     after the last scan)."""
     from PIL import Image
@@ -133,7 +133,7 @@ def check_jpeg_markers(data: bytes) -> None:
     """skeleton() never raises (its docstring: anything unclean gives None); what it returns starts
     with SOI, ends with EOI, is no longer than its input, and decodes (Pillow, 1/8 scale) exactly
     when the input does: the module's contract. The decode is compared for frames up to 2^24 pixels."""
-    from datapipe.jpeg_markers import skeleton
+    from datapipe.image.jpeg_markers import skeleton
 
     start = time.process_time()
     kept = skeleton(data)
@@ -165,7 +165,7 @@ def _region_ext() -> ModuleType:
 
 
 def jpeg_size(jpeg: bytes) -> tuple[int, int] | None:
-    """(height, width) from the header, as datapipe.transforms reads it before the region decode."""
+    """(height, width) from the header, as datapipe.augment.view reads it before the region decode."""
     import simplejpeg
 
     try:
@@ -295,14 +295,14 @@ def check_manifest(data: bytes) -> None:
 def _region_guide(data: bytes) -> object:
     """The C decoder has no coverage instrumentation (gcc, see fuzz/README.md): the marker walk of
     the same bytes tells the fuzzer when an input has a new segment structure."""
-    from datapipe.jpeg_markers import skeleton
+    from datapipe.image.jpeg_markers import skeleton
 
     return skeleton(data[5:])
 
 
 TARGETS: dict[str, Target] = {t.name: t for t in (
-    Target("jpeg_markers", check_jpeg_markers, fixture_jpegs, ("datapipe.jpeg_markers",)),
-    Target("jpeg_region", check_jpeg_region, region_seeds, ("datapipe.jpeg_markers",), guide=_region_guide),
+    Target("jpeg_markers", check_jpeg_markers, fixture_jpegs, ("datapipe.image.jpeg_markers",)),
+    Target("jpeg_region", check_jpeg_region, region_seeds, ("datapipe.image.jpeg_markers",), guide=_region_guide),
     Target("tar", check_tar, tar_seeds, ("datapipe.formats.tar", "tarfile"), memory=(4, 1 << 20)),
     Target("idx", check_idx, idx_seeds, ("datapipe.formats.tar", "datapipe.formats.wds"), memory=(64, 1 << 20)),
     Target("manifest", check_manifest, manifest_seeds, ("datapipe.records", "datapipe.formats.wds",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from converters import ConvertOptions, convert
-from datapipe.scan import scan_folder
+from datapipe.formats.scan import scan_folder
 from tests.forked import run_forked
 
 # The files whose tests take longest go first: `make test` deals test files to two workers in

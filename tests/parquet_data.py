@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datapipe.scan import is_image_name
+from datapipe.formats.scan import is_image_name
 from tests.conftest import BAD_FILES, IMAGEFOLDER
 
 CLASSES = ["dog", "cat", "fish"]  # the Hub's ClassLabel order, not sorted: it must be kept

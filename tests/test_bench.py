@@ -12,8 +12,8 @@ import torch
 from datapipe.bench import BenchOptions, run_bench
 from datapipe.bench.suites import timed
 from datapipe.bench.report import table
-from datapipe.doctor import diagnose
-from datapipe.transforms import region_decoder_available
+from datapipe.doctor.pipeline import diagnose
+from datapipe.augment.view import region_decoder_available
 
 
 def run(*args):
@@ -77,7 +77,7 @@ def test_doctor_without_cuda(clean_folder):
 
 
 def test_doctor_names_the_dali_build_that_matches_torch():
-    from datapipe.doctor import dali_build_check
+    from datapipe.doctor.pipeline import dali_build_check
 
     assert dali_build_check(["nvidia-dali-cuda130"], "13.0").status == "ok"
     wrong = dali_build_check(["nvidia-dali-cuda120"], "13.0")

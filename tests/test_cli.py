@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from datapipe.cli import parse_size
+from datapipe.cli.main import parse_size
 from tests.conftest import IMAGEFOLDER
 
 
@@ -56,7 +56,7 @@ def test_convert_info_and_verify_do_not_import_torch(tmp_path):
 
     from tests.conftest import IMAGEFOLDER
 
-    code = ("import sys; from datapipe.cli import main; "
+    code = ("import sys; from datapipe.cli.main import main; "
             f"main(['convert', {str(IMAGEFOLDER)!r}, {str(tmp_path / 'x.wds')!r}, '-q']); "
             f"main(['info', {str(tmp_path / 'x.wds')!r}]); main(['verify', {str(tmp_path / 'x.wds')!r}]); "
             "print('torch' in sys.modules)")

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from datapipe.cli import main
-from datapipe.cli_mix import parse_weights
-from datapipe.mix import mix_source, source_names
+from datapipe.cli.main import main
+from datapipe.cli.mix import parse_weights
+from datapipe.mix.sources import mix_source, source_names
 
 
 def test_source_names_from_files_or_given_and_unique():

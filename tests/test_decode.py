@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from datapipe.decode import check_image, decode_rgb, to_rgb
-from datapipe.headers import BadImageError
+from datapipe.image.decode import check_image, decode_rgb, to_rgb
+from datapipe.image.headers import BadImageError
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def test_both_validations_catch_truncation(train, validate, cut):
 
 
 def test_fast_validation_keeps_good_files_and_skips_thumbnail_eoi(train):
-    from datapipe.headers import jpeg_scan_start
+    from datapipe.image.headers import jpeg_scan_start
 
     raw = (train / "cat/cat_001.jpg").read_bytes()
     assert check_image(raw, validate="fast").data == raw

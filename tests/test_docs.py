@@ -105,7 +105,7 @@ def foreign_commands(block: Block) -> list[str]:
 
 def converted_here(block: Block) -> set[str]:
     """The outputs the block's own `datapipe convert` commands write (so the workspace lacks them)."""
-    from datapipe.cli import build_parser
+    from datapipe.cli.main import build_parser
 
     outputs = set()
     for line in command_lines(block) if block.lang in SHELL_LANGS else []:

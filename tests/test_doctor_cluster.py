@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from datapipe import doctor_cluster
+from datapipe.doctor import cluster as doctor_cluster
 from datapipe.augment.plan import plan_sample
 from datapipe.augment.recipe import resolve_recipe
-from datapipe.doctor_cluster import SizingOptions, cluster_checks, ray_checks
+from datapipe.doctor.cluster import SizingOptions, cluster_checks, ray_checks
 from datapipe.pool_sizing import PLAN_BYTES, pool_cores, wire, wire_lines
 
 
@@ -111,8 +111,8 @@ def test_an_unreachable_head_is_one_line_not_a_traceback():
 
 def test_which_cluster_doctor_asks_for(monkeypatch):
     """--ray HOST:PORT, else RAY_ADDRESS, else --ray alone ('auto'); neither: none (one info line)."""
-    from datapipe import cli_doctor
-    from datapipe.cli import build_parser
+    from datapipe.cli import doctor as cli_doctor
+    from datapipe.cli.main import build_parser
 
     asked = []
     monkeypatch.setattr(doctor_cluster, "ray_checks", lambda address, sizing: asked.append((address, sizing)) or [])

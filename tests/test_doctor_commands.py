@@ -14,7 +14,7 @@ import pytest
 
 from converters import ConvertOptions, convert
 from datapipe import open_dataset
-from datapipe.doctor import DiskProbe, diagnose
+from datapipe.doctor.pipeline import DiskProbe, diagnose
 
 REPO = Path(__file__).resolve().parents[1]
 SUBCOMMANDS = "convert|info|verify|bench|train|doctor|preview"
@@ -109,7 +109,7 @@ def test_a_bench_command_is_fitted_to_the_datas_length():
     the doctor's command takes a batch that fits, or gives way to a line saying what bench needs."""
     import torch
 
-    from datapipe.doctor_bench import DEFAULTS, batches_needed, fitted
+    from datapipe.doctor.bench import DEFAULTS, batches_needed, fitted
 
     cpu, hint = torch.device("cpu"), "measure it: datapipe bench D --suites pipeline"
     needed = batches_needed("pipeline", cpu)

@@ -1,4 +1,4 @@
-"""The views' arithmetic (datapipe.geometry) apart from the pixels, and what DALI's source workers load.
+"""The views' arithmetic (datapipe.image.geometry) apart from the pixels, and what DALI's source workers load.
 
 DALI's parallel external source runs datapipe.backends.dali.source in spawned worker processes that
 only read records and compute views: they must not load Pillow or simplejpeg (issue 24, part 5).
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from datapipe.augment.plan import plan_sample, random_resized_crop, sample_rng
-from datapipe.geometry import Crop, ViewGeometry, center_window, dct_factor, scaled_box, view_factor, view_of
+from datapipe.image.geometry import Crop, ViewGeometry, center_window, dct_factor, scaled_box, view_factor, view_of
 from tests.conftest import IMAGEFOLDER
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ HEAVY = ("PIL", "simplejpeg")
 
 
 def test_views_are_the_arithmetic_they_were_before_the_split():
-    """Values pinned from datapipe.transforms as it was (commit ed3a23d): moving the code changed nothing."""
+    """Values pinned from datapipe.augment.view as it was (commit ed3a23d): moving the code changed nothing."""
     assert center_window(640, 480, 224) == (341, 256, 58, 16)
     assert center_window(333, 500, 224) == (256, 384, 16, 80)
     assert center_window(97, 1000, 64) == (73, 752, 4, 344)
@@ -44,7 +44,7 @@ def test_views_are_the_arithmetic_they_were_before_the_split():
 @pytest.mark.parametrize("module", ["geometry", "headers", "exif"])
 def test_geometry_and_the_header_reader_import_only_the_standard_library(module):
     """What the DALI side needs is pure Python: no Pillow, numpy, torch or simplejpeg behind it."""
-    tree = ast.parse((ROOT / "datapipe" / f"{module}.py").read_text())
+    tree = ast.parse((ROOT / "datapipe" / "image" / f"{module}.py").read_text())
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
     assert {name.split(".")[0] for name in names} <= sys.stdlib_module_names, names
@@ -68,8 +68,8 @@ import json, sys
 import datapipe.backends.dali.source
 before = [m for m in {HEAVY!r} if m in sys.modules]
 from datapipe.augment.plan import plan_sample
-from datapipe.geometry import view_of
-from datapipe.layout import image_dims
+from datapipe.image.geometry import view_of
+from datapipe.image.layout import image_dims
 views = {{}}
 for path in ({str(JPEG)!r}, {str(PNG)!r}):
     dims = image_dims(open(path, "rb").read())

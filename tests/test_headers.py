@@ -1,7 +1,7 @@
 """The pure-Python header reader against the Pillow path it stands in for.
 
 `old_image_dims` below is datapipe's image_dims as it was before the reader existed (commit ed3a23d:
-simplejpeg's header, Pillow for EXIF and everything else). datapipe.layout.image_dims must give what
+simplejpeg's header, Pillow for EXIF and everything else). datapipe.image.layout.image_dims must give what
 it gave on every input, value or exception type; header_layout must answer for ordinary files (else
 the test proves only the fallback) and never raise.
 """
@@ -19,11 +19,13 @@ import pytest
 import simplejpeg
 from PIL import Image
 
-from datapipe import exif, headers
-from datapipe.decode import exif_orientation, open_image, upright_image_size
-from datapipe.headers import header_layout, jpeg_scan_start
-from datapipe.layout import image_dims
-from datapipe.orientation import upright_size
+from datapipe.image import exif
+
+from datapipe.image import headers
+from datapipe.image.decode import exif_orientation, open_image, upright_image_size
+from datapipe.image.headers import header_layout, jpeg_scan_start
+from datapipe.image.layout import image_dims
+from datapipe.image.orientation import upright_size
 from tests.conftest import FIXTURES
 
 pytestmark = [pytest.mark.filterwarnings("ignore"),  # Pillow warns about the corrupt EXIF we feed it

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from datapipe.decode import check_image
-from datapipe.headers import BadImageError
-from datapipe.jpeg_markers import skeleton
+from datapipe.image.decode import check_image
+from datapipe.image.headers import BadImageError
+from datapipe.image.jpeg_markers import skeleton
 from fuzz.targets import pillow_verdict
 
 MUTANTS = int(os.environ.get("DATAPIPE_JPEG_MUTANTS", "4000"))
@@ -53,7 +53,7 @@ SEEDS = _seeds()
 
 def shape_ok(data: bytes) -> bool:
     """Whether the stream's declared size is within MAX_ASPECT (unreadable headers count as within)."""
-    from datapipe.geometry import MAX_ASPECT
+    from datapipe.image.geometry import MAX_ASPECT
 
     try:
         width, height = Image.open(io.BytesIO(data)).size

@@ -10,7 +10,7 @@ import simplejpeg
 import torch
 from PIL import Image
 
-from datapipe import transforms
+from datapipe.augment import view as transforms
 from tests.conftest import IMAGEFOLDER
 
 HEADERS = [Path(p) / "jpeglib.h" for p in ("/usr/include", "/usr/local/include")]
@@ -238,8 +238,8 @@ def corrupt_but_complete(count: int) -> list[bytes]:
 def test_every_record_the_converter_accepts_decodes_in_every_view(region):
     """Pillow (the converter's validator) accepts corrupt entropy data; so must every view, whatever
     the crop, or a record would be skipped in some epochs and not in others."""
-    from datapipe.decode import check_image
-    from datapipe.headers import BadImageError
+    from datapipe.image.decode import check_image
+    from datapipe.image.headers import BadImageError
 
     previous, accepted = transforms.set_region_decoding(region), 0
     try:
@@ -283,7 +283,7 @@ class StandIn:
 
 @needs_region
 def test_probe_accepts_the_built_decoder_and_refuses_a_wrong_one():
-    from datapipe import jpeg_region
+    from datapipe.image import jpeg_region
 
     assert jpeg_region.probe(transforms._jpeg_region) == ""
     assert "differ" in jpeg_region.probe(StandIn())
@@ -293,7 +293,7 @@ def test_probe_accepts_the_built_decoder_and_refuses_a_wrong_one():
 
 @needs_region
 def test_a_decoder_failing_its_probe_is_switched_off_with_a_warning(monkeypatch, caplog):
-    from datapipe import jpeg_region
+    from datapipe.image import jpeg_region
 
     assert jpeg_region.load() is transforms._jpeg_region
     monkeypatch.setattr(jpeg_region, "probe", lambda ext: "its pixels differ from simplejpeg's")

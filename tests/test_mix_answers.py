@@ -9,9 +9,9 @@ import random
 
 import pytest
 
-from datapipe.mix import Mix
-from datapipe.mix_order import MixOrder, MixState
-from datapipe.sharding import Shard
+from datapipe.mix.sources import Mix
+from datapipe.mix.order import MixOrder, MixState
+from datapipe.order.sharding import Shard
 from tests.test_mix_order import SIZES, Sized, decoded
 
 

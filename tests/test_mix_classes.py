@@ -10,7 +10,7 @@ import unicodedata
 
 import pytest
 
-from datapipe.mix import Mix
+from datapipe.mix.sources import Mix
 from tests.test_mix_order import Classed
 
 NFC, NFD = unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café")

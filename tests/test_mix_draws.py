@@ -1,4 +1,4 @@
-"""A mix's epoch in closed form (datapipe.mix_draws): exact counts, every (source, draw) once, the
+"""A mix's epoch in closed form (datapipe.mix.draws): exact counts, every (source, draw) once, the
 sources spread through the epoch, each source's stream a sequence of whole permutations."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from datapipe.mix_draws import SourceStream, apportion, locate
+from datapipe.mix.draws import SourceStream, apportion, locate
 
 
 @pytest.mark.parametrize("weights, total, expected", [
@@ -97,7 +97,7 @@ def test_a_stream_serves_every_record_once_before_any_twice():
 
 
 def test_a_sharded_stream_reads_each_record_once_a_cycle_a_few_shards_at_a_time():
-    from datapipe.mix_draws import ShardStream
+    from datapipe.mix.draws import ShardStream
 
     sizes = [10] * 40 + [7]
     stream = ShardStream(sizes, seed=1, name="web", shuffle=True, mix_shards=4)

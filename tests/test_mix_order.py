@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from datapipe.formats.base import Dataset
-from datapipe.mix import Mix
-from datapipe.mix_order import MixOrder, MixState
-from datapipe.sharding import EpochOrder, Shard
+from datapipe.mix.sources import Mix
+from datapipe.mix.order import MixOrder, MixState
+from datapipe.order.sharding import EpochOrder, Shard
 
 SIZES = {"big": 53, "web": 31, "small": 7}
 A = {"big": 0.5, "web": 0.3, "small": 0.2}

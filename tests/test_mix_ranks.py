@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import random
 
-from datapipe.mix import Mix
-from datapipe.mix_order import MixOrder, MixState
-from datapipe.sharding import Shard
+from datapipe.mix.sources import Mix
+from datapipe.mix.order import MixOrder, MixState
+from datapipe.order.sharding import Shard
 from tests.test_mix_order import SIZES, Sized
 from tests.train.ranks import spawn_ranks
 

@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from datapipe.mix_order import MixOrder, MixState
-from datapipe.sharding import Shard
+from datapipe.mix.order import MixOrder, MixState
+from datapipe.order.sharding import Shard
 from tests.test_mix_order import SIZES, curriculum, decoded, make_mix
 
 TOTAL = sum(SIZES.values())

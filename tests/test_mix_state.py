@@ -8,8 +8,8 @@ import copy
 
 import pytest
 
-from datapipe.mix_order import MixOrder, MixState
-from datapipe.sharding import Shard
+from datapipe.mix.order import MixOrder, MixState
+from datapipe.order.sharding import Shard
 from tests.test_mix_order import A, B, make_mix, order
 
 

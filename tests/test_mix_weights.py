@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from datapipe.mix import exact_weight
+from datapipe.mix.sources import exact_weight
 from tests.test_mix_order import make_mix, order
 
 SEVEN = {"big": 0.7, "web": 0.3, "small": 0}

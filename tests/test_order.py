@@ -1,4 +1,4 @@
-"""The computed epoch order (datapipe.order): a bijection of [0, N) for every N, the same for the same
+"""The computed epoch order (datapipe.order.permutation): a bijection of [0, N) for every N, the same for the same
 key, uniform positions, consecutive epochs and neighbouring positions uncorrelated; and EpochOrder's
 lazy batches are exactly the interleaved, padded, trimmed slices of that order."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import itertools
 import numpy as np
 import pytest
 
-from datapipe.order import Batches, Permutation, derive_key
-from datapipe.sharding import EpochKeys, EpochOrder, Shard
+from datapipe.order.permutation import Batches, Permutation, derive_key
+from datapipe.order.sharding import EpochKeys, EpochOrder, Shard
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -69,7 +69,7 @@ def test_the_same_key_the_same_order_another_seed_or_epoch_another_order():
 @pytest.mark.parametrize("size,keys", [(5, 1000), (10, 2000), (33, 2000)])
 def test_every_record_lands_on_every_position_equally_often_across_keys(size, keys):
     """The full position x record table over many keys is uniform: small domains are where a Feistel
-    network with too few rounds shows (4 rounds fail this at sizes 5 and 10; datapipe.order.ROUNDS)."""
+    network with too few rounds shows (4 rounds fail this at sizes 5 and 10; datapipe.order.permutation.ROUNDS)."""
     table = np.zeros((size, size), dtype=np.int64)
     for key in range(keys):
         table[np.arange(size), Permutation(size, derive_key(9, key))(np.arange(size))] += 1

@@ -7,9 +7,9 @@ import pytest
 import torch
 from PIL import Image, ImageFilter, ImageOps
 
-from datapipe import transforms
-from datapipe.decode import to_rgb
-from datapipe.orientation import orient, stored_box, upright_size
+from datapipe.augment import view as transforms
+from datapipe.image.decode import to_rgb
+from datapipe.image.orientation import orient, stored_box, upright_size
 from tests.test_jpeg_region import needs_region
 
 

@@ -118,7 +118,7 @@ def test_cli_preview_bad_options_are_one_line(tmp_path, args, match):
 
 def recipe_flag_values(parser) -> list[list[str]]:
     """Each flag of `datapipe train`'s recipe group, read from its parser, with a value it takes."""
-    from datapipe.cli_recipe import RECIPE_GROUP
+    from datapipe.cli.recipe import RECIPE_GROUP
 
     train = next(a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == "train")[1]
     group = next(g for g in train._action_groups if g.title == RECIPE_GROUP)
@@ -139,8 +139,8 @@ def recipe_flag_values(parser) -> list[list[str]]:
 
 def test_preview_takes_every_recipe_flag_train_takes():
     """Was: preview took --recipe presets only (`--aa augmix-m3-w3`: an unknown argument)."""
-    from datapipe.cli import build_parser
-    from datapipe.cli_recipe import train_recipe
+    from datapipe.cli.main import build_parser
+    from datapipe.cli.recipe import train_recipe
 
     parser = build_parser()
     flags = recipe_flag_values(parser)

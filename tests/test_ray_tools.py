@@ -13,7 +13,7 @@ ray = pytest.importorskip("ray")
 
 from datapipe.bench import BenchOptions, run_bench  # noqa: E402
 from datapipe.bench.report import table  # noqa: E402
-from datapipe.doctor_cluster import ray_checks  # noqa: E402
+from datapipe.doctor.cluster import ray_checks  # noqa: E402
 from datapipe.ray_setup import loopback_only  # noqa: E402
 
 RELEASE_S = 60  # a closed pool's actors give their CPUs back within this

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from datapipe import Mix, make_loader
-from datapipe.cli import main
+from datapipe.cli.main import main
 from datapipe.train.checkpoint import load
 
 STATES = Path(__file__).resolve().parents[1] / "fixtures" / "states"

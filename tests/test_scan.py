@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from datapipe.scan import detect_layout, make_key, scan_folder, scan_labelled, scan_split_compact
+from datapipe.formats.scan import detect_layout, make_key, scan_folder, scan_labelled, scan_split_compact
 
 
 def test_split_layout_classes_from_train_and_val_lacks_a_class(imagefolder):

@@ -9,11 +9,11 @@ import sys
 import pytest
 import torch
 
-from datapipe.selftest import document, exit_status, gpu_absent, table
-from datapipe.selftest.compare import (DECODE_TOLERANCE, bandwidth_result, compare_exact, compare_sums,
+from datapipe.doctor.selftest import document, exit_status, gpu_absent, table
+from datapipe.doctor.selftest.compare import (DECODE_TOLERANCE, bandwidth_result, compare_exact, compare_sums,
                                        compare_views, overlap_result, overlaps, view_difference)
-from datapipe.selftest.probe import Probe, collect_views
-from datapipe.selftest.report import Result, failed
+from datapipe.doctor.selftest.probe import Probe, collect_views
+from datapipe.doctor.selftest.report import Result, failed
 
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the answer where no GPU is present")
 CPU = torch.device("cpu")
@@ -21,7 +21,7 @@ CPU = torch.device("cpu")
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
-    from datapipe.selftest.sample import synthetic_folder
+    from datapipe.doctor.selftest.sample import synthetic_folder
 
     return synthetic_folder(tmp_path_factory.mktemp("selftest") / "images", images=24)
 
@@ -52,7 +52,7 @@ def test_the_synthetic_sample_holds_the_jpeg_kinds_the_gpu_decoders_treat_apart(
     opened = [Image.open(f) for f in files]
     assert any(im.info.get("progressive") for im in opened) and any(im.mode == "L" for im in opened)
     assert len({im.size for im in opened}) > 10
-    from datapipe.selftest.sample import synthetic_folder
+    from datapipe.doctor.selftest.sample import synthetic_folder
 
     with pytest.raises(ValueError, match="images must be at least 3"):
         synthetic_folder(synthetic.parent / "few", images=2)
@@ -61,7 +61,7 @@ def test_the_synthetic_sample_holds_the_jpeg_kinds_the_gpu_decoders_treat_apart(
 def test_the_decode_check_passes_dali_cpu_views_and_catches_a_mirrored_one(probe):
     """The check's CPU half over real loaders: DALI's CPU graph against the dataloader backend on the
     synthetic sample passes the stated tolerance; the same views mirrored fail it (the control)."""
-    from datapipe.selftest.decode import dali_versus_cpu
+    from datapipe.doctor.selftest.decode import dali_versus_cpu
 
     result = dali_versus_cpu(probe, CPU, hw_decoder_load=0.65)
     assert result.status == "pass", result
@@ -83,7 +83,7 @@ def test_view_comparisons_fail_on_missing_records_and_wrong_labels():
 
 
 def test_the_prefetch_check_on_cpu_matches_the_dataloader_backend_exactly(probe):
-    from datapipe.selftest.transfer import prefetch_matches_dataloader
+    from datapipe.doctor.selftest.transfer import prefetch_matches_dataloader
 
     assert prefetch_matches_dataloader(probe, CPU).status == "pass"
     image = torch.zeros(3, 4, 4)
@@ -119,7 +119,7 @@ def test_bandwidth_verdicts():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_an_amp_step_is_finite_updates_the_weights_and_the_scaler_skips_inf(dtype):
     """The same function the GPU runs, on CPU (autocast and GradScaler("cpu") exist there)."""
-    from datapipe.selftest.amp import amp_step
+    from datapipe.doctor.selftest.amp import amp_step
 
     result = amp_step(CPU, dtype)
     assert result.status == "pass", result
@@ -130,7 +130,7 @@ def test_an_amp_step_is_finite_updates_the_weights_and_the_scaler_skips_inf(dtyp
 
 def test_the_all_reduce_harness_with_gloo_on_cpu():
     """Two spawned ranks through the NCCL check's harness, with gloo: the sums and the figure."""
-    from datapipe.selftest.collective import all_reduce_check, all_reduce_result
+    from datapipe.doctor.selftest.collective import all_reduce_check, all_reduce_result
 
     result = all_reduce_check(2, backend="gloo", nbytes=1 << 20, timeout=120)
     assert result.status == "pass", result
@@ -143,7 +143,7 @@ def test_the_all_reduce_harness_with_gloo_on_cpu():
 
 
 def test_the_hardware_decoder_row_names_the_missing_video_capability():
-    from datapipe.selftest.decode import hardware_decoder_result, hardware_decoder_status, video_capability
+    from datapipe.doctor.selftest.decode import hardware_decoder_result, hardware_decoder_status, video_capability
 
     assert video_capability({}) is None
     assert video_capability({"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}) is False
@@ -174,7 +174,7 @@ def test_table_json_and_exit_status_from_injected_results():
 
 
 def test_doctor_checks_the_video_capability_and_dev_shm():
-    from datapipe.doctor import shm_check, video_capability_check
+    from datapipe.doctor.pipeline import shm_check, video_capability_check
 
     assert video_capability_check({}, nvcuvid=True).status == "ok"
     lacking = video_capability_check({"NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}, nvcuvid=False)
@@ -189,7 +189,7 @@ def test_doctor_checks_the_video_capability_and_dev_shm():
 
 def test_doctor_names_the_cuda_11_dali_build_instead_of_calling_torch_a_cpu_build():
     from datapipe.backends.dali import pip_hint
-    from datapipe.doctor import dali_build_check
+    from datapipe.doctor.pipeline import dali_build_check
 
     check = dali_build_check(["nvidia-dali-cuda120"], "11.8")
     assert check.status == "warn" and "CPU build" not in check.value and "nvidia-dali-cuda110" in check.hint
@@ -204,8 +204,8 @@ def test_the_recipe_ops_case_runs_on_dalis_cpu_operators_one_passing_row_per_kin
     CPU operators: one row per kind of the op table and "chain", each within its tolerance."""
     pytest.importorskip("nvidia.dali")
     from datapipe.augment.ops import KINDS
-    from datapipe.selftest import _checks
-    from datapipe.selftest.recipe_ops import KIND_TOLERANCE
+    from datapipe.doctor.selftest import _checks
+    from datapipe.doctor.selftest.recipe_ops import KIND_TOLERANCE
 
     results = dict(_checks(None, CPU, {}))["recipe_ops"]()
     assert [r.check for r in results] == [f"recipe_op_{kind}" for kind in (*KINDS[1:], "chain")]
@@ -223,7 +223,7 @@ def test_the_recipe_ops_case_fails_a_wrong_dali_kernel_naming_its_kind(monkeypat
     from dataclasses import replace
 
     from datapipe.augment import ops
-    from datapipe.selftest.recipe_ops import recipe_op_results, synthetic_images
+    from datapipe.doctor.selftest.recipe_ops import recipe_op_results, synthetic_images
 
     monkeypatch.setitem(ops.TABLE, "solarize", replace(ops.TABLE["solarize"], dali=ops.TABLE["invert"].dali))
     results = recipe_op_results(CPU, synthetic_images(photos=1))

@@ -8,7 +8,7 @@ import pytest
 
 from datapipe.backends import shards_held
 from datapipe.backends.options import LoaderOptions
-from datapipe.sharding import READ_AHEAD_SHARDS, Shard, ShardOrder
+from datapipe.order.sharding import READ_AHEAD_SHARDS, Shard, ShardOrder
 
 SHARDS, PER_SHARD, CLASSES, BATCH = 64, 32, 8, 32
 SORTED = (PER_SHARD,) * SHARDS  # a foreign dataset written class by class: shard k holds class k // 8 only

@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from datapipe.sharding import Shard, ShardOrder
+from datapipe.order.sharding import Shard, ShardOrder
 
 pytestmark = pytest.mark.forked  # tracemalloc in a child with one thread (tests/forked.py)
 
@@ -91,7 +91,7 @@ def test_drop_last_gives_full_batches_and_trims_at_most_world_times_batch():
 
 
 def test_positions_of_one_order_are_refused_by_the_other():
-    from datapipe.sharding import EpochOrder
+    from datapipe.order.sharding import EpochOrder
 
     with pytest.raises(ValueError, match="sampling='shards'"):
         EpochOrder(480, 8).restore({"epoch": 0, "shard_position": [[2, 16]], "samples_done": 32})
@@ -104,7 +104,7 @@ def test_a_rank_computes_a_batch_of_a_billion_record_epoch_without_holding_the_e
     mid-epoch, costs one batch's arithmetic, on one rank of eight and on a rank alone."""
     import tracemalloc
 
-    from datapipe.sharding import EpochOrder
+    from datapipe.order.sharding import EpochOrder
 
     size, batch, offset = 10**9, 256, 123_456_789
     for shard in (Shard(5, 8), Shard(0, 1)):
@@ -125,7 +125,7 @@ def test_a_rank_computes_a_batch_of_a_billion_record_epoch_without_holding_the_e
 
 def test_a_mid_epoch_state_saved_in_another_order_is_refused_and_one_at_an_epoch_boundary_resumes():
     """Both orders: a position saved without the order's version (before #33) counts in another order."""
-    from datapipe.sharding import EpochOrder
+    from datapipe.order.sharding import EpochOrder
 
     order = EpochOrder(480, 8, Shard(0, 2), seed=3)
     assert order.restore({"epoch": 2, **order.save(32)}) == 32
@@ -145,8 +145,8 @@ def stored_batches(p: ShardOrder, epoch: int, position=()) -> list[np.ndarray]:
     """The order's batches as they were computed with the whole order stored (before #33): the same
     keyed order and mixing draws, materialised, the rest rebuilt through `place` and mixed with a
     lexsort over whole pieces."""
-    from datapipe.order import uniform
-    from datapipe.shardwise import ShardwisePermutation
+    from datapipe.order.permutation import uniform
+    from datapipe.order.shardwise import ShardwisePermutation
 
     order = ShardwisePermutation(p.shard_sizes, seed=p.seed, epoch=epoch, shuffle=p.shuffle).records(np.arange(p.size))
     place = np.empty_like(order)

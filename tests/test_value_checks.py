@@ -13,7 +13,7 @@ from datapipe import checks, make_loader
 from datapipe.augment import Recipe, SizeRamp
 from datapipe.augment.recipe import parse_auto_augment
 from datapipe.backends.options import LoaderOptions
-from datapipe.cli import main
+from datapipe.cli.main import main
 from datapipe.train.config import TrainConfig
 
 NAN, INF = math.nan, math.inf

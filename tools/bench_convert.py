@@ -20,7 +20,7 @@ from pathlib import Path
 from PIL import Image
 
 from converters import ConvertOptions, convert
-from datapipe.scan import scan_folder
+from datapipe.formats.scan import scan_folder
 
 
 def full_decode_rate(paths: list[Path]) -> float:

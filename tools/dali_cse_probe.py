@@ -3,7 +3,7 @@ smallest kind set that fails to build (the session-18 H100 finding, benchmarks/g
 import os, subprocess, sys
 if len(sys.argv) > 1 and sys.argv[1] == "rows":
     import torch
-    from datapipe.selftest import recipe_ops as R
+    from datapipe.doctor.selftest import recipe_ops as R
     try:
         rows = R.recipe_op_results(torch.device("cuda", 0))
         print("rows:", len(rows), "failing:", [f"{r.check}:{r.figure}" for r in rows if r.status != "pass"])
@@ -14,7 +14,7 @@ if len(sys.argv) > 1 and sys.argv[1] == "rows":
 if len(sys.argv) > 1 and sys.argv[1] == "prefix":
     from datapipe.augment.ops import KINDS
     from datapipe.augment.slots import OpBounds as OB
-    from datapipe.selftest import recipe_ops as R
+    from datapipe.doctor.selftest import recipe_ops as R
     images = R.synthetic_images()[:1]
     def build(kinds):
         R.OpBounds = lambda n, _k: OB(n, tuple(kinds))

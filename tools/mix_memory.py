@@ -31,10 +31,10 @@ def private():
     fields = dict(line.split(":", 1) for line in open("/proc/self/smaps_rollup") if ":" in line)
     return sum(int(fields[k].split()[0]) * 1024 for k in ("Private_Dirty",) if k in fields)
 import numpy as np, datapipe
-from datapipe.mix import Mix
-from datapipe.mix_dataset import MixDataset
-from datapipe.mix_order import MixOrder, MixState
-from datapipe.sharding import EpochOrder, Shard
+from datapipe.mix.sources import Mix
+from datapipe.mix.dataset import MixDataset
+from datapipe.mix.order import MixOrder, MixState
+from datapipe.order.sharding import EpochOrder, Shard
 from datapipe.formats import open_dataset
 kind, big, web = sys.argv[1:4]
 before = private()

@@ -1,6 +1,6 @@
 """The epoch order, stored vs computed (#33): per dataset size, the time and peak memory (tracemalloc)
 to start an epoch on one rank of eight and take its first batch, with the order stored (a numpy
-permutation of every record, as before) and computed (datapipe.order), globally and shard-wise
+permutation of every record, as before) and computed (datapipe.order.permutation), globally and shard-wise
 (shards of 10,000 records, blocks of 16 shards); the cost of one batch of 256 keys computed anywhere
 in the epoch; and how far cycle-walking goes.
 
@@ -18,8 +18,8 @@ import tracemalloc
 
 import numpy as np
 
-from datapipe.order import Permutation, derive_key
-from datapipe.sharding import EpochOrder, Shard, ShardOrder
+from datapipe.order.permutation import Permutation, derive_key
+from datapipe.order.sharding import EpochOrder, Shard, ShardOrder
 
 BATCH, WORLD, RANK = 256, 8, 3
 SHARD = 10_000  # records a shard, shard-wise

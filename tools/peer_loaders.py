@@ -26,7 +26,7 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 def image_files(folder: Path) -> list[tuple[Path, int]]:
     """(path, label) of every image file under folder/train, classes sorted, bad files included.
-    (Not datapipe.scan: this runs in the peers' venv too, where importing datapipe needs h5py.)"""
+    (Not datapipe.formats.scan: this runs in the peers' venv too, where importing datapipe needs h5py.)"""
     classes = sorted(p.name for p in (folder / "train").iterdir() if p.is_dir())
     return [(p, label) for label, c in enumerate(classes)
             for p in sorted((folder / "train" / c).rglob("*")) if p.suffix.lower() in IMAGE_SUFFIXES]
@@ -235,13 +235,13 @@ def load_datapipe(path: str, workers: int, epochs: int, backend: str = "dataload
 
 def ceiling(path: str, workers: int, epochs: int) -> dict:
     """The physical limit: one core's rate of the work no loader can skip (decode of the crop region
-    at the DCT scale used, resize to 224, flip: datapipe.transforms.plan_and_decode, the region decoder
+    at the DCT scale used, resize to 224, flip: datapipe.augment.view.plan_and_decode, the region decoder
     where built), on the records and crop boxes datapipe's row draws (seed 0, the same epochs),
     read into memory first; times `workers` cores."""
     import torch
 
     from datapipe.formats import open_dataset
-    from datapipe.transforms import plan_and_decode
+    from datapipe.augment.view import plan_and_decode
 
     torch.set_num_threads(1)
     dataset = open_dataset(path, "train")
@@ -324,7 +324,7 @@ def profile_datapipe(path: str, workers: int, epochs: int) -> dict:
     def cumulative(function: str, where: str) -> float:
         return sum(v[3] for (file, _, name), v in stats.items() if name == function and where in file)
 
-    parts = {"decode_view (ceiling work)": cumulative("decode_view", "transforms.py"),
+    parts = {"decode_view (ceiling work)": cumulative("decode_view", "view.py"),
              "record read": cumulative("__getitem__", "formats"),
              "normalize (uint8 -> float, per sample)": cumulative("sample_into", "backends/normalize.py")}
     parts = {k: v * scale for k, v in parts.items()}

@@ -50,8 +50,8 @@ from datapipe.augment.ops import KINDS, TABLE  # noqa: E402
 from datapipe.augment.plan import fill_color, plan_sample  # noqa: E402
 from datapipe.augment.recipe import resolve_recipe  # noqa: E402
 from datapipe.backends.normalize import Normalizer  # noqa: E402
-from datapipe.geometry import scaled_box  # noqa: E402
-from datapipe.transforms import decode_view, open_encoded  # noqa: E402
+from datapipe.image.geometry import scaled_box  # noqa: E402
+from datapipe.augment.view import decode_view, open_encoded  # noqa: E402
 
 SIZE, BATCH = 224, 64
 WARP = "compiled datapipe._warp" if cpu._warp is not None else "affine_grid_sample (datapipe._warp not built)"
@@ -334,7 +334,7 @@ def fused_crop_affine(datas: list[bytes], recipe, fill, repeat: int) -> dict:
     import simplejpeg
 
     from datapipe.augment.plan import random_resized_crop
-    from datapipe.transforms import _resize
+    from datapipe.augment.view import _resize
 
     two, one_pil, one_grid, diffs = [], [], [], []
     for i, data in enumerate(datas):

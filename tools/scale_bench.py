@@ -90,7 +90,7 @@ def measure(path: Path, reads: int) -> dict:
     import pickle
 
     import datapipe.formats as formats  # imported before the baseline
-    from datapipe.sharding import EpochOrder
+    from datapipe.order.sharding import EpochOrder
 
     base_private, base_fds = private_kb(), len(os.listdir("/proc/self/fd"))
     start = time.perf_counter()

@@ -14,7 +14,7 @@ import argparse
 
 import numpy as np
 
-from datapipe.sharding import MIX_SHARDS, Shard, ShardOrder
+from datapipe.order.sharding import MIX_SHARDS, Shard, ShardOrder
 
 
 def mean_tv(labels: np.ndarray, per_rank: list[np.ndarray], batch: int, classes: int) -> float:

@@ -32,7 +32,7 @@ def readable(n: int, reads: int) -> np.ndarray:
 
 
 def real_records(n: int, reads: int) -> list[int]:
-    from datapipe.sharding import EpochOrder
+    from datapipe.order.sharding import EpochOrder
 
     first = EpochOrder(n, BATCH, seed=SEED).batches(EPOCH)[0]
     return sorted({0, n - 1, *first.tolist(), *readable(n, reads).tolist()})

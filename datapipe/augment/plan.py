@@ -4,7 +4,7 @@ plan_sample(recipe, seed, epoch, key, size, width, height) -> a SamplePlan, a fl
 view (crop box and flip, interpolation; or the eval view's centre crop), the pixel ops with their final
 parameters in the order they apply (vertical flip, the auto-augment ops, the colour jitter in its drawn
 order, grayscale) and the seed of the user's transform. Each backend makes this one call per record
-and hands the value to its decoder (datapipe.transforms, the DALI source's view columns) and its
+and hands the value to its decoder (datapipe.augment.view, the DALI source's view columns) and its
 applier (augment.cpu, augment.dali): no backend draws a number, no random.Random leaves this module, so
 a record gets the same augmentation whichever backend, process or machine serves it.
 
@@ -22,7 +22,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..geometry import RATIO, SCALE, Crop, crop_pct_of
+from ..image.geometry import RATIO, SCALE, Crop, crop_pct_of
 from .ops import KIND_ID, TABLE, TIMM_OPS, TRIVIAL_BINS, Hparams
 from .policies import (AUGMIX_OPS, AUGMIX_TRANSLATE_PCT, POLICIES, RAND_INCREASING_OPS, RAND_OPS, TRIVIAL_ORDER,
                        rand_weights)

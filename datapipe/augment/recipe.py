@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from ..checks import bounded_pair, integer, is_real, probability, real, reals, shown
-from ..geometry import MAX_ASPECT
+from ..image.geometry import MAX_ASPECT
 
 TRAIN_INTERPOLATIONS = ("bilinear", "bicubic", "random")
 EVAL_INTERPOLATIONS = ("bilinear", "bicubic")

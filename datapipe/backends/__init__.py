@@ -15,10 +15,10 @@ from ..augment.resolution import size_schedule
 from ..formats import open_dataset
 from ..formats.base import Dataset
 from ..resources import local_world_size
-from ..sharding import READ_AHEAD_SHARDS, EpochOrder, Shard, ShardOrder, resolve_shard
-from ..mix import Mix
-from ..mix_dataset import MixDataset
-from ..mix_order import MixOrder, MixState
+from ..order.sharding import READ_AHEAD_SHARDS, EpochOrder, Shard, ShardOrder, resolve_shard
+from ..mix.sources import Mix
+from ..mix.dataset import MixDataset
+from ..mix.order import MixOrder, MixState
 from .base import Batch, Loader, batch_type
 from .options import LoaderOptions
 
@@ -121,7 +121,7 @@ def make_order(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochO
 def mix_order(dataset: MixDataset, options: LoaderOptions, shard: Shard) -> MixOrder:
     """A mix's order. Each source is a stream of permutations of its records; a remote sharded source
     (sampling="auto"), or every sharded one (sampling="shards"), is read shard by shard, a few shards
-    at a time (mix_draws.ShardStream), so a node's cache holds a window of it, not all of it."""
+    at a time (mix.draws.ShardStream), so a node's cache holds a window of it, not all of it."""
     sizes, blocks, windows = [], [], []
     for source in dataset.datasets:
         shards = getattr(source, "shard_sizes", None)

@@ -13,9 +13,9 @@ from ..augment.batch import BatchStage
 from ..augment.recipe import Recipe
 from ..augment.resolution import checked_size, size_schedule
 from ..formats.base import Dataset
-from ..mix_dataset import MixDataset
-from ..mix_order import refuse_single_state
-from ..sharding import EpochOrder, Shard, ShardOrder, refuse_mix_state
+from ..mix.dataset import MixDataset
+from ..mix.order import refuse_single_state
+from ..order.sharding import EpochOrder, Shard, ShardOrder, refuse_mix_state
 from ..storage import redact
 from .bad_samples import BadSample, TooManyBadSamples
 from .fields import DEFAULT_FIELDS, FieldSpec, batch_class, check_fields, field_spec

@@ -12,14 +12,14 @@ import torch
 
 from ..augment.recipe import Recipe
 from ..formats.base import Dataset
-from ..mix_dataset import recipe_lookup
+from ..mix.dataset import recipe_lookup
 from ..records import Fields
-from ..sharding import EpochOrder, READ_AHEAD_SHARDS, ShardOrder, record_of
+from ..order.sharding import EpochOrder, READ_AHEAD_SHARDS, ShardOrder, record_of
 from ..storage.isolate import forks_nothing
 from ..augment.cpu import apply_plan
 from ..augment.custom import apply_transform
 from ..augment.plan import SamplePlan, fill_color
-from ..transforms import plan_and_decode
+from ..augment.view import plan_and_decode
 from .bad_samples import BadSample, serve_or_substitute
 from .base import Batch, Loader
 from .fields import FieldSpec, check_picklable

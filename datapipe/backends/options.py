@@ -56,7 +56,7 @@ class LoaderOptions:
     fields: tuple[str, ...] = DEFAULT_FIELDS  # what a batch carries (datapipe.backends.fields): ("image", "text")...
     tokenizer: Any = None  # caption -> token ids, run where samples are decoded; needs "text" in fields
     # backend="ray" (datapipe.backends.ray): actors in the pool (None: num_workers's value; "auto": from
-    # 1, grown while the trainer waits on data and shrunk when it does not, datapipe.backends.ray.sizing), the Ray
+    # 1, grown while the trainer waits on data and shrunk when it does not, datapipe.backends.ray.autoscale), the Ray
     # resources each asks for besides one CPU ({"datapipe": 1}: nodes started with that resource), and
     # whether a pool that cannot run any more falls back to decoding here (one warning) or raises
     pool_workers: int | str | None = None

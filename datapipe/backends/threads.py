@@ -25,8 +25,8 @@ import torch
 from PIL import Image
 
 from ..formats.base import Dataset, PerProcess
-from ..mix_dataset import MixDataset
-from ..sharding import EpochOrder, ShardOrder
+from ..mix.dataset import MixDataset
+from ..order.sharding import EpochOrder, ShardOrder
 from .bad_samples import BadSample
 from .base import Batch, Loader
 from .options import LoaderOptions

@@ -12,7 +12,7 @@ import torch
 from ..backends import choose_backend
 from ..backends.options import LoaderOptions
 from ..resources import cpus_per_rank
-from ..transforms import region_decoder_available
+from ..augment.view import region_decoder_available
 
 
 @dataclass(frozen=True)

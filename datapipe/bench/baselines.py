@@ -18,7 +18,7 @@ from PIL import Image
 from ..backends.normalize import IMAGENET_MEAN, IMAGENET_STD
 from ..formats.base import Dataset
 from ..augment.plan import random_resized_crop
-from ..geometry import RATIO, SCALE
+from ..image.geometry import RATIO, SCALE
 
 
 class NaiveImageFolder(torch.utils.data.Dataset):

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..dataset_files import MANIFEST_MAX_BYTES
+from ..storage.dataset_files import MANIFEST_MAX_BYTES
 from ..records import MANIFEST_NAME, Manifest, SplitNotFound
 from ..storage import RemoteLocation, RemoteStore, ShardCache, StoreNotFound, is_url
 from . import hdf5, lmdb, wds

@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
-from .. import dataset_files
+from ..storage import dataset_files
 from ..errors import summary
 from ..records import MAX_INFERRED_CLASSES, inferred_class_names
-from ..scan import printable
+from .scan import printable
 
 log = logging.getLogger(__name__)
 IMAGE_COLUMNS, LABEL_COLUMNS, CAPTION_COLUMNS = ("image", "img"), ("label", "labels"), ("caption", "text")
@@ -43,7 +43,7 @@ def pyarrow() -> tuple[Any, Any]:
 
 def shown(text: object, limit: int = _SHOWN) -> str:
     """`text` for a one-line message: valid UTF-8 (a file name's undecodable bytes as \\xNN, as
-    datapipe.scan.printable writes them) and at most `limit` characters."""
+    datapipe.formats.scan.printable writes them) and at most `limit` characters."""
     text = printable(str(text))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

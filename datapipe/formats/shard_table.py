@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dataset_files import open_regular
+from ..storage.dataset_files import open_regular
 from ..errors import OwnLineError
 from ..records import SplitInfo
 from ..storage import Location, StoreError

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from ..durable import atomic_write, open_own
+from ..storage.durable import atomic_write, open_own
 from ..errors import summary
-from ..headers import image_ext
+from ..image.headers import image_ext
 from ..records import MANIFEST_NAME, TABLE_VERSION, Manifest, Record
 from ..storage import Location
 from ..storage.files import MAX_OPEN, MAX_OPEN_CACHED, ShardFiles
@@ -173,7 +173,7 @@ class ShardFile:
     def add_record(self, position: int, record: Record) -> None:
         """Append a record as its four members (five with a caption); `position` is its record id
         (see `RecordPositions`)."""
-        ext = image_ext(record.data) or "jpg"  # stored bytes are JPEG or PNG (datapipe.decode decides)
+        ext = image_ext(record.data) or "jpg"  # stored bytes are JPEG or PNG (datapipe.image.decode decides)
         caption = [] if record.fields.text is None else [("txt", record.fields.text.encode("utf-8"))]
         self.add(record.key, [("cls", str(record.label).encode()), (ext, record.data),
                               ("i64", np.array([position, record.label], dtype="<i8").tobytes()),

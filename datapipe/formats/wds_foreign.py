@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import field_text
-from ..dataset_files import index_limit, read_dataset_file
+from . import field_text
+from ..storage.dataset_files import index_limit, read_dataset_file
 from ..names import check_name
 from ..errors import quoted, shortened, summary
 from ..records import FIELD_NAMES, MAX_INFERRED_CLASSES, Fields, Record, Sample, inferred_class_names, multi_labels
-from ..scan import is_image_name
+from .scan import is_image_name
 from ..storage import default_cache_dir
 from ..storage.cachedir import own_folder
 from ..storage.files import ShardFiles
@@ -327,7 +327,7 @@ class ForeignShardsDataset(Dataset):
 
     def _field(self, files: ShardFiles, number: int, index: int, field: str, where: str) -> Any:
         """Record `index`'s `field` read from its member (None when it has none): a caption as text,
-        metadata as canonical JSON (datapipe.field_text), labels as sorted ids; a ValueError naming the
+        metadata as canonical JSON (datapipe.formats.field_text), labels as sorted ids; a ValueError naming the
         member otherwise."""
         if field not in self.fields or int(self.index[f"{field}_at"][index]) < 0:
             return () if field == "labels" and field in self.fields else None

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..dataset_files import index_limit
-from ..durable import atomic_write
+from ..storage.dataset_files import index_limit
+from ..storage.durable import atomic_write
 from ..records import SplitInfo
 from ..storage import Location
 from .shard_table import ShardList

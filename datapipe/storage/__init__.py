@@ -42,8 +42,8 @@ class Location:
 
     def read_bytes(self, name: str, *, limit: int, what: str) -> bytes:
         """The bytes of the dataset's file `name` (a `what`), at most `limit` of them: a regular file
-        (links allowed), read through the one reader of a dataset's files (datapipe.dataset_files)."""
-        from ..dataset_files import read_dataset_file
+        (links allowed), read through the one reader of a dataset's files (datapipe.storage.dataset_files)."""
+        from .dataset_files import read_dataset_file
 
         data = read_dataset_file(str(self.file(name)), limit=limit, what=what, links_out=True)
         if data is None:

@@ -217,7 +217,7 @@ class RemoteStore:
         by its listed size before anything is fetched, and by what arrived."""
         import obstore
 
-        from ..dataset_files import too_big
+        from .dataset_files import too_big
 
         if limit is not None and (size := self.size(name)) is not None and size > limit:
             raise too_big(self.describe(name), size, limit, what)

@@ -15,7 +15,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from ..durable import atomic_write
+from ..storage.durable import atomic_write
 from ..errors import counted
 
 log = logging.getLogger("datapipe.train")

@@ -21,7 +21,7 @@ import torch
 
 from ..augment.recipe import PRESETS, Recipe
 from ..errors import ExpectedError, first_line
-from .. import durable
+from ..storage import durable
 from .config import RUN_SETTINGS, TrainConfig, as_recipe
 
 log = logging.getLogger("datapipe.train")

@@ -83,7 +83,7 @@ class TrainConfig:
     max_steps: int | None = None
     skip_nonfinite: bool = False
     start_method: str | None = None
-    sampling: str = "auto"  # "shards" for remote datasets by default (datapipe.sharding.ShardOrder)
+    sampling: str = "auto"  # "shards" for remote datasets by default (datapipe.order.sharding.ShardOrder)
     cache_dir: str | None = None  # where a remote dataset's shards are cached
     cache_limit: int | None = None  # bytes the cache may hold
     tensorboard: str = "auto"  # a folder, "auto" (OUT/tensorboard when installed) or "off" (datapipe.train.board)

@@ -11,7 +11,7 @@ from ..augment.resolution import sizes_text
 from ..backends import Loader, make_loader
 from ..formats import open_dataset
 from ..formats.base import Dataset
-from ..mix import Mix, mix_source, source_names
+from ..mix.sources import Mix, mix_source, source_names
 from ..records import SplitNotFound
 from ..storage import redact
 from .config import TrainConfig

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..durable import write_text
+from ..storage.durable import write_text
 from ..storage import redact
 from . import checkpoint, metrics_log
 from .board import Board

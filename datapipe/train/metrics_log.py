@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..durable import write_text
+from ..storage.durable import write_text
 
 NAME = "metrics.jsonl"
 

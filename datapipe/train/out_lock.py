@@ -1,4 +1,4 @@
-"""One training run per --out: rank 0 holds `OUT/train.lock` (datapipe.output_lock, as a conversion
+"""One training run per --out: rank 0 holds `OUT/train.lock` (datapipe.storage.output_lock, as a conversion
 holds `DST.lock`) from before the checkpoint is read to the end of the run. A second run on the same
 folder is refused in one line naming the holder (host, pid); a dead run's lock is taken over. The
 other ranks write nothing under --out, so they take no lock."""
@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..output_lock import hold
+from ..storage.output_lock import hold
 from .ddp import DistEnv
 
 LOCK_NAME = "train.lock"

@@ -13,7 +13,7 @@ from datapipe.augment.policies import RAND_INCREASING_OPS
 from datapipe.augment.plan import SamplePlan, fill_color
 from datapipe.augment.slots import ops_row
 from datapipe.augment.plan import random_resized_crop, sample_rng
-from datapipe.geometry import Crop
+from datapipe.image.geometry import Crop
 
 
 def kinds_of(plans):

@@ -22,7 +22,7 @@ def cse_after_import(module: str, setting: str | None) -> str:
     return done.stdout.strip()
 
 
-@pytest.mark.parametrize("module", ["datapipe.backends.dali", "datapipe.selftest.recipe_ops"])
+@pytest.mark.parametrize("module", ["datapipe.backends.dali", "datapipe.doctor.selftest.recipe_ops"])
 def test_the_graph_builders_turn_cse_off_at_import(module):
     pytest.importorskip("nvidia.dali")
     assert cse_after_import(module, None) == "0"

@@ -1,5 +1,5 @@
 """The DALI backend carries recipes: its source sends the planner's rows, its graph applies each op
-kind as augment.cpu does (within the tolerances measured here and kept in datapipe/selftest/recipe_ops.py,
+kind as augment.cpu does (within the tolerances measured here and kept in datapipe/doctor/selftest/recipe_ops.py,
 which `datapipe doctor --gpu` runs on the GPU), a whole DeiT loader serves the dataloader backend's
 batches, progressive resizing needs no new pipeline, uint8 output. DALI runs on the CPU
 (device="cpu", device_id=None)."""
@@ -21,10 +21,10 @@ from datapipe.augment.ops import KINDS  # noqa: E402
 from datapipe.augment.plan import plan_sample  # noqa: E402
 from datapipe.augment.slots import op_bounds, ops_row, placed_chains, placed_ops  # noqa: E402
 from datapipe.backends.dali.source import EpochTable, PlannedSource, ViewSettings  # noqa: E402
-from datapipe.layout import image_dims  # noqa: E402
-from datapipe.selftest.recipe_ops import CASES, KIND_TOLERANCE, measured_differences, run_graph, textures  # noqa: E402
-from datapipe.sharding import EpochOrder, record_of  # noqa: E402
-from datapipe.transforms import plan_and_decode  # noqa: E402
+from datapipe.image.layout import image_dims  # noqa: E402
+from datapipe.doctor.selftest.recipe_ops import CASES, KIND_TOLERANCE, measured_differences, run_graph, textures  # noqa: E402
+from datapipe.order.sharding import EpochOrder, record_of  # noqa: E402
+from datapipe.augment.view import plan_and_decode  # noqa: E402
 
 SMALL = dict(batch_size=6, image_size=40, num_workers=1, seed=3, device="cpu")
 AUGMENTED = Recipe(auto_augment="rand-m9-mstd0.5-inc1")  # ops, no batch stage: images compare per record

@@ -10,10 +10,10 @@ from PIL import Image
 
 from converters import ConvertOptions, convert
 from datapipe import make_loader
-from datapipe.decode import check_image
-from datapipe.geometry import MAX_ASPECT
-from datapipe.headers import BadImageError
-from datapipe.transforms import plan_and_decode
+from datapipe.image.decode import check_image
+from datapipe.image.geometry import MAX_ASPECT
+from datapipe.image.headers import BadImageError
+from datapipe.augment.view import plan_and_decode
 
 SHAPES = [(1, 65535), (65535, 1)]  # numpy (rows, columns): 65535 wide x 1 high, then 1 wide x 65535 high
 

@@ -89,15 +89,15 @@ def test_dali_batches_survive_allocator_reuse(packed_lmdb, hw_decoder_load):
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
-    from datapipe.selftest.probe import Probe
-    from datapipe.selftest.sample import synthetic_folder
+    from datapipe.doctor.selftest.probe import Probe
+    from datapipe.doctor.selftest.sample import synthetic_folder
 
     return Probe(synthetic_folder(tmp_path_factory.mktemp("selftest") / "images"))
 
 
 @pytest.mark.parametrize("hw_decoder_load", [0.65, 0.0])
 def test_selftest_dali_mixed_decode_matches_the_cpu_decode(probe, hw_decoder_load):
-    from datapipe.selftest.decode import dali_handoff, dali_versus_cpu
+    from datapipe.doctor.selftest.decode import dali_handoff, dali_versus_cpu
 
     device = torch.device("cuda", torch.cuda.current_device())
     result = dali_versus_cpu(probe, device, hw_decoder_load=hw_decoder_load)
@@ -107,9 +107,9 @@ def test_selftest_dali_mixed_decode_matches_the_cpu_decode(probe, hw_decoder_loa
 
 
 def test_selftest_prefetcher_copy_amp_and_hardware_decoder_rows(probe):
-    from datapipe.selftest.amp import amp_step
-    from datapipe.selftest.decode import hardware_decoder_status
-    from datapipe.selftest.transfer import h2d_bandwidth, prefetch_matches_dataloader, prefetch_overlap
+    from datapipe.doctor.selftest.amp import amp_step
+    from datapipe.doctor.selftest.decode import hardware_decoder_status
+    from datapipe.doctor.selftest.transfer import h2d_bandwidth, prefetch_matches_dataloader, prefetch_overlap
 
     device = torch.device("cuda", torch.cuda.current_device())
     assert prefetch_matches_dataloader(probe, device).status == "pass"
@@ -127,7 +127,7 @@ def test_selftest_recipe_ops_on_dalis_gpu_operators_match_the_cpu_applier():
     """Each op kind on DALI's GPU operators (the images on the GPU before the ops, as the dali
     backend's graph) against augment.cpu, within the tolerances measured on DALI's CPU operators."""
     pytest.importorskip("nvidia.dali")
-    from datapipe.selftest.recipe_ops import recipe_op_results
+    from datapipe.doctor.selftest.recipe_ops import recipe_op_results
 
     results = recipe_op_results(torch.device("cuda", torch.cuda.current_device()))
     failed = [r for r in results if r.status != "pass"]
@@ -154,7 +154,7 @@ two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUD
 
 @two_gpus
 def test_nccl_all_reduce_over_two_gpus():
-    from datapipe.selftest.collective import all_reduce_check
+    from datapipe.doctor.selftest.collective import all_reduce_check
 
     result = all_reduce_check(2, backend="nccl")
     assert result.status == "pass", result

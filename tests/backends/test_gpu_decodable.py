@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from datapipe.backends.dali.source import gpu_decodable
-from datapipe.decode import decode_rgb
-from datapipe.headers import png_has_transparency
+from datapipe.image.decode import decode_rgb
+from datapipe.image.headers import png_has_transparency
 from tests.conftest import IMAGEFOLDER
 
 AWKWARD = ["train/fish/palette_alpha.png", "train/dog/palette.png", "train/dog/rgba.png", "train/dog/gray16.png",

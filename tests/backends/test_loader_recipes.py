@@ -10,7 +10,7 @@ from datapipe import make_loader
 from datapipe.augment import Recipe, SizeRamp
 from datapipe.augment.custom import Transform
 from datapipe.formats import open_dataset
-from datapipe.transforms import decode_view, open_encoded, plan_and_decode
+from datapipe.augment.view import decode_view, open_encoded, plan_and_decode
 
 CPU_BACKENDS = ["threads", "dataloader", "prefetch"]
 SMALL = dict(batch_size=6, image_size=32, num_workers=1, seed=3)
@@ -28,7 +28,7 @@ def same(a, b) -> bool:
 
 # sha256 of every batch of epoch 1 (seed 3, 32 px, batch 4) over the clean fixture folder, taken with
 # the code before recipes existed (commit 3dd6859): pixels recovered from the normalized floats. The
-# train digest was retaken when the epoch order became computed (#33: datapipe.order, a keyed Feistel
+# train digest was retaken when the epoch order became computed (#33: datapipe.order.permutation, a keyed Feistel
 # permutation): the same records' views (per-record digests unchanged), served in the new order
 HISTORICAL = {"train": "9f8ae8ef0c7e6f68ebe1591b8799f1c9c622f088ae8448add52250b0f738af3a",
               "val": "9b8513fccce35f3c73c843919bb2ab22515bfb845de598f70f7f6758b9ec3dd8"}
@@ -173,7 +173,7 @@ def test_each_record_gets_its_planned_ops(packed_lmdb, backend):
     """The served pixels are the planner's view plus the planner's ops for that record and epoch."""
     from datapipe.augment.cpu import apply_ops
     from datapipe.augment.plan import fill_color, plan_sample
-    from datapipe.layout import image_dims
+    from datapipe.image.layout import image_dims
 
     recipe = Recipe(auto_augment="rand-m9-n3-mstd0.5", color_jitter=0.4, grayscale_prob=0.3, vflip=0.5)
     loader = make_loader(packed_lmdb, backend=backend, recipe=recipe, dtype=torch.uint8, **SMALL)

@@ -122,7 +122,7 @@ def test_dali_source_survives_pickling_for_spawned_workers(source, tmp_path):
     from types import SimpleNamespace
 
     from datapipe.backends.dali.source import EpochTable, PlannedSource, ViewSettings
-    from datapipe.sharding import EpochOrder
+    from datapipe.order.sharding import EpochOrder
 
     ds = open_dataset(source)
     table = EpochTable.create(tmp_path)

@@ -297,7 +297,7 @@ def test_each_decode_thread_gets_its_own_handles_of_every_source(sources):
     must not close a file another thread reads), the sources themselves still the same data."""
     from datapipe.backends.threads import thread_view
     from datapipe.formats.base import PerProcess
-    from datapipe.mix_dataset import MixDataset
+    from datapipe.mix.dataset import MixDataset
 
     mixed = MixDataset(mix_of(sources))
     view = thread_view(mixed)

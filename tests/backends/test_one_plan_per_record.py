@@ -17,7 +17,7 @@ import torch
 from datapipe import make_loader, open_dataset
 from datapipe.augment import PRESETS, Recipe
 from datapipe.augment import plan as planner
-from datapipe.sharding import record_of
+from datapipe.order.sharding import record_of
 
 BACKENDS = ["threads", "dataloader", "prefetch", "dali"]
 RECIPES = {**PRESETS, "hue": Recipe(color_jitter=(0.4, 0.4, 0.4, 0.3), grayscale_prob=0.2),

@@ -299,7 +299,7 @@ def test_datapipe_train_builds_both_ray_loaders_non_persistent_with_its_pool_opt
     from datapipe.train.config import TrainConfig
     from datapipe.train.loaders import build_loaders
 
-    from datapipe.cli import build_parser
+    from datapipe.cli.main import build_parser
 
     argv = ["train", str(packed_lmdb), "--out", str(tmp_path), "--backend", "ray", "--pool-workers", "auto",
             "--pool-resources", "node=1"]
@@ -383,7 +383,7 @@ def test_pool_options_are_checked_in_one_line(capsys):
         assert "\n" not in str(err.value)
     with pytest.raises(ValueError, match=r"pool_resources\['datapipe'\] must be .* within \[0.0001, 1e\+14\] \(Ray's limits"):
         make_loader(ROOT / "fixtures" / "imagefolder", backend="ray", pool_resources={"datapipe": 1e308})
-    from datapipe.cli import build_parser
+    from datapipe.cli.main import build_parser
     for command in ("train", "bench"):
         argv = [command, "data", "--pool-resources", "datapipe=1e308"] + (["--out", "x"] if command == "train" else [])
         with pytest.raises(SystemExit) as stop:

@@ -1,9 +1,9 @@
-"""pool_workers="auto"'s policy (datapipe.backends.ray.sizing) on synthetic wait series, its clock
+"""pool_workers="auto"'s policy (datapipe.backends.ray.autoscale) on synthetic wait series, its clock
 injected: grows while the trainer waits, holds in between, shrinks after fed windows only where the
 actors left carry the load, never under 1; and how many actors a cluster's nodes hold."""
 from __future__ import annotations
 
-from datapipe.backends.ray.sizing import Sizing, Window
+from datapipe.backends.ray.autoscale import Sizing, Window
 from datapipe.pool_sizing import capacity
 
 

@@ -187,7 +187,7 @@ def idle(backend: str, data: str, folder: Path, late_observer: bool = False) -> 
 
 def cli(backend: str, data: str, folder: Path) -> int:
     """`datapipe bench` while a worker is killed (most likely during its simulated training step)."""
-    from datapipe.cli import main
+    from datapipe.cli.main import main
 
     (folder / "step").touch()
     patch_reads(data, kill_once(folder, FAULT_READ[backend]))

@@ -16,7 +16,7 @@ from datapipe.bench.meter import (WorkerProcesses, bytes_per_image, cpu_between,
                                   received)
 from datapipe.bench.report import document, table
 from datapipe.bench.suites import Row, timed
-from datapipe.cli import build_parser
+from datapipe.cli.main import build_parser
 from tests.processes import deadline
 
 

@@ -14,7 +14,7 @@ from datapipe.bench.report import document, figure, plot, write_json
 from datapipe.bench.settle import settle
 from datapipe.bench.suites import Row
 from datapipe.bench.verdicts import MIN_EFFECT, judge, verdict_table, verdicts
-from datapipe.doctor import diagnose
+from datapipe.doctor.pipeline import diagnose
 from tests.processes import deadline
 
 
@@ -158,7 +158,7 @@ def test_plot_has_a_legend_and_the_verdict_words(tmp_path):
 
 def test_doctor_advises_what_bench_recommends_when_nothing_measures_better(packed_lmdb, long_lmdb):
     """Doctor prints datapipe's default for every knob bench measures and how to measure it (on data
-    long enough to: doctor_bench.py); a real bench run marks those same settings as the default rows,
+    long enough to: doctor/bench.py); a real bench run marks those same settings as the default rows,
     and where every setting measured the same (injected runs) bench's verdicts recommend exactly
     doctor's settings."""
     device = torch.device("cpu")

@@ -63,7 +63,7 @@ def run_datapipe(args: list[str], prelude: str = "", timeout: float = DEADLINE_S
                  **popen) -> subprocess.CompletedProcess:
     """`datapipe <args>` after `prelude`, in a session of its own; past `timeout` seconds the whole
     session (its workers too) is killed and the test fails, saying the command hung."""
-    script = f"import sys\n{prelude}\nfrom datapipe.cli import main\nsys.exit(main({args!r}))\n"
+    script = f"import sys\n{prelude}\nfrom datapipe.cli.main import main\nsys.exit(main({args!r}))\n"
     proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
     try:

@@ -35,7 +35,7 @@ Progress.save = checkpoint
 def kill_convert_when_stopped(args: list[str], prelude: str, env: dict[str, str] | None = None) -> None:
     """Run `datapipe <args>` after `prelude` (one of the above, formatted), wait for its stop, kill
     its whole process group (workers, a local Ray included)."""
-    script = prelude + f"from datapipe.cli import main; sys.exit(main({args!r}))\n"
+    script = prelude + f"from datapipe.cli.main import main; sys.exit(main({args!r}))\n"
     with tempfile.TemporaryFile("w+") as errors:
         proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, env=env,
                                 stdout=subprocess.DEVNULL, stderr=errors)

@@ -12,10 +12,10 @@ import pytest
 
 from converters import ConvertError, ConvertOptions, convert
 from datapipe import open_dataset, read_manifest
-from datapipe.cli import main
+from datapipe.cli.main import main
 from datapipe.formats import staging_path
 from datapipe.records import NO_FIELDS, canonical_meta
-from datapipe.scan import scan_folder
+from datapipe.formats.scan import scan_folder
 from tests.conftest import IMAGEFOLDER
 from tests.converters.faults import deadline
 from tests.converters.test_tar_shards import BAD_FIELDS, GOOD_FIELDS
@@ -133,7 +133,7 @@ def test_resume_after_a_caption_changed_is_refused_as_for_a_changed_label(captio
 
 def test_a_bad_sidecar_is_refused_in_the_words_a_shard_member_is_and_read_in_place_alike(tmp_path):
     """The folder scan, a folder read in place and other tools' shards (tests/converters/test_tar_shards.py,
-    tests/formats/test_img2dataset.py) share one parser (datapipe.field_text): the same bytes, the same reason;
+    tests/formats/test_img2dataset.py) share one parser (datapipe.formats.field_text): the same bytes, the same reason;
     JSON nested past the recursion limit among them. A sidecar's one trailing newline is dropped (a shard
     member's is kept)."""
     image = (IMAGEFOLDER / "train/cat/cat_000.jpg").read_bytes()

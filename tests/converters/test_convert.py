@@ -9,7 +9,7 @@ import pytest
 
 from converters import ConvertError, ConvertOptions, convert
 from datapipe import open_dataset, read_manifest
-from datapipe.inspect import verify
+from datapipe.formats.inspect import verify
 from tests.conftest import IMAGEFOLDER
 
 QUIET = dict(progress=False, workers=1)
@@ -93,7 +93,7 @@ def test_resize_max_stores_smaller_jpegs(tmp_path):
 def test_quality_without_resize_max_is_a_one_line_error_not_silently_ignored(tmp_path, capsys):
     """--quality only sets the quality of --resize-max's re-encode: alone it would store the original
     bytes while the user believes they are re-encoded. Nothing is written."""
-    from datapipe.cli import main
+    from datapipe.cli.main import main
 
     assert main(["convert", str(IMAGEFOLDER), str(tmp_path / "out.lmdb"), "--quality", "90", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
@@ -175,7 +175,7 @@ def test_a_file_that_changes_after_validation_is_skipped_not_stored(tmp_path):
     must be what the worker checked."""
     from converters.pack import _init_worker, _prepare, _stored_bytes
     from converters.tasks import Task
-    from datapipe.headers import BadImageError
+    from datapipe.image.headers import BadImageError
 
     path = tmp_path / "a.jpg"
     shutil.copy(IMAGEFOLDER / "train/cat/cat_000.jpg", path)

@@ -24,9 +24,9 @@ from converters.matfile import read_mat
 from converters.inputs import read_input
 from converters.members import ArchiveMember
 from datapipe import open_dataset, read_manifest
-from datapipe.cli import main
-from datapipe.headers import BadImageError
-from datapipe.inspect import verify
+from datapipe.cli.main import main
+from datapipe.image.headers import BadImageError
+from datapipe.formats.inspect import verify
 from tests.converters.stopping import after_checkpoint, after_shards, kill_convert_when_stopped
 from tests.storage.test_convert_remote import same_dataset_files
 

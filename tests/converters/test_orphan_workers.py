@@ -30,7 +30,7 @@ def held(*args, **kwargs):
     return real(*args, **kwargs)
 target.{name} = held
 {extra}
-from datapipe.cli import main
+from datapipe.cli.main import main
 sys.exit(main({args!r}))
 """
 NO_PDEATHSIG = "import converters.workers as w; w._kernel_kills_orphans = lambda: False"

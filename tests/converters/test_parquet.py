@@ -13,9 +13,9 @@ import pytest
 
 from converters import ConvertOptions, convert, list_tasks
 from datapipe import open_dataset, read_manifest
-from datapipe.cli import main
-from datapipe.decode import check_image
-from datapipe.inspect import verify
+from datapipe.cli.main import main
+from datapipe.image.decode import check_image
+from datapipe.formats.inspect import verify
 from tests.conftest import BAD_FILES
 from tests.converters.stopping import after_checkpoint, kill_convert_when_stopped
 from tests.parquet_data import CLASSES, IMAGE, TEST, TRAIN, VAL, fixture_rows, hub_table, write_hub
@@ -30,7 +30,7 @@ def hub(tmp_path_factory) -> Path:
 
 def expected(hub: Path) -> dict[str, list[tuple[bytes, int]]]:
     """Each split's (image bytes, label) rows, bad images left out: the rows' own bytes, except where
-    a folder's file would be stored converted too (the 16-bit PNG: datapipe.decode.check_image)."""
+    a folder's file would be stored converted too (the 16-bit PNG: datapipe.image.decode.check_image)."""
     out, checks = {}, ConvertOptions().checks
     for split, name in (("train", TRAIN), ("val", VAL), ("test", TEST)):
         table = pq.read_table(hub / name)

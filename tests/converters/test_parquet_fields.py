@@ -13,8 +13,8 @@ import pytest
 
 from converters import ConvertOptions, convert
 from datapipe import open_dataset, read_manifest
-from datapipe.cli import main
-from datapipe.decode import check_image
+from datapipe.cli.main import main
+from datapipe.image.decode import check_image
 from datapipe.records import Fields
 from tests.conftest import BAD_FILES
 from tests.parquet_data import IMAGE, TRAIN, fixture_rows

@@ -11,11 +11,11 @@ import pytest
 
 from converters import ConvertError, ConvertOptions, convert
 from datapipe import open_dataset, read_manifest
-from datapipe.cli import main
+from datapipe.cli.main import main
 from datapipe.formats import staging_path
 from datapipe.formats.lmdb import LmdbWriter
 from datapipe.formats.wds import WdsDataset
-from datapipe.inspect import verify
+from datapipe.formats.inspect import verify
 from datapipe.records import Fields, Manifest, Record, SplitInfo, record_digest
 from tests.converters.faults import deadline
 from tests.converters.stopping import after_checkpoint, kill_convert_when_stopped

@@ -15,7 +15,7 @@ from converters.tasks import shard_jobs
 from converters.sources import RACY_NS, changed_files, fingerprint, read_stat
 from datapipe import open_dataset
 from datapipe.formats import staging_path
-from datapipe.inspect import verify
+from datapipe.formats.inspect import verify
 from datapipe.records import record_digest
 from tests.conftest import IMAGEFOLDER
 from tests.converters.faults import deadline

@@ -13,8 +13,8 @@ import pytest
 
 from converters import ConvertOptions, convert, list_tasks
 from datapipe import open_dataset, read_manifest
-from datapipe.cli import main
-from datapipe.inspect import verify
+from datapipe.cli.main import main
+from datapipe.formats.inspect import verify
 from datapipe.records import Fields, canonical_meta
 from tests.conftest import IMAGEFOLDER
 from tests.converters.stopping import after_checkpoint, kill_convert_when_stopped

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import datapipe.output_lock
+import datapipe.storage.output_lock
 from converters import ConvertOptions, convert
 from converters.errors import ConvertError
 from converters.lock import STALE_S, lock_path, writer_lock
@@ -75,7 +75,7 @@ def test_another_hosts_lock_counts_while_it_is_fresh(tmp_path, monkeypatch, age,
     lock.write_text(json.dumps({"host": "node-b", "pid": 4242, "since": "2026-11-25T10:00:00+00:00"}))
     touched = 1_700_000_000
     os.utime(lock, (touched, touched))
-    monkeypatch.setattr(datapipe.output_lock, "clock", lambda: touched + age)
+    monkeypatch.setattr(datapipe.storage.output_lock, "clock", lambda: touched + age)
     if refused:
         with pytest.raises(ConvertError, match=r"host node-b, pid 4242"):
             convert(IMAGEFOLDER, dst, ConvertOptions(**QUIET))
@@ -122,7 +122,7 @@ def test_a_fifo_planted_at_the_lock_is_refused_without_blocking(tmp_path):
 
 def test_a_link_planted_in_a_resumed_staging_folder_is_not_appended_through(tmp_path):
     """The source log of a resumed LMDB/HDF5 conversion is opened through durable.open_own too."""
-    from datapipe.durable import NotOwnFile
+    from datapipe.storage.durable import NotOwnFile
     from converters.staging import SOURCES_NAME, SourceLog
 
     victim = tmp_path / "victim.txt"
@@ -136,7 +136,7 @@ def test_a_link_planted_in_a_resumed_staging_folder_is_not_appended_through(tmp_
 @pytest.mark.parametrize("offset", [0, 5])
 def test_a_link_planted_at_a_shard_of_a_resumed_wds_staging_folder_is_not_written_through(tmp_path, offset):
     """A .wds shard (new, or resumed at `offset`) and its .idx are opened through durable.open_own."""
-    from datapipe.durable import NotOwnFile
+    from datapipe.storage.durable import NotOwnFile
     from datapipe.formats.wds import ShardFile, shard_name
 
     victim = tmp_path / "victim.txt"

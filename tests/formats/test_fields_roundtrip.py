@@ -22,9 +22,9 @@ from datapipe.formats import FORMATS
 from datapipe.formats.hdf5 import MANIFEST_ATTR, _SplitBuilder
 from datapipe.formats.tar import BLOCK
 from datapipe.formats.wds import ShardFile
-from datapipe.inspect import verify
+from datapipe.formats.inspect import verify
 from datapipe.records import NO_FIELDS, Fields, Manifest, Record, SplitInfo, canonical_meta, record_digest
-from datapipe.sharding import EpochOrder
+from datapipe.order.sharding import EpochOrder
 from tests.conftest import IMAGEFOLDER
 from tests.fields_data import expected_fields, write_caption_folder
 

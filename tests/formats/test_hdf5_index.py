@@ -14,7 +14,7 @@ import pytest
 import datapipe
 from datapipe.formats import open_dataset
 from datapipe.formats.hdf5 import MANIFEST_ATTR, Hdf5Writer
-from datapipe.inspect import verify
+from datapipe.formats.inspect import verify
 from datapipe.records import Manifest, Record, SplitInfo, record_digest
 
 JPEG = bytes.fromhex("ffd8ffe000104a46494600010100000100010000ffd9")  # bytes only: nothing decodes here

@@ -122,7 +122,7 @@ def test_the_sample_a_cut_falls_in_is_never_kept_with_members_missing(tmp_path, 
 
 @pytest.mark.parametrize("which", ["folder", "pattern", "one"])
 def test_info_describes_the_shards_and_their_fields(sample, which, capsys, monkeypatch, tmp_path):
-    from datapipe.cli import main
+    from datapipe.cli.main import main
 
     root, written = sample
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the index cache

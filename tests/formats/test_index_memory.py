@@ -28,7 +28,7 @@ from datapipe.formats.wds import ShardFile
 from datapipe.formats.wds_index import offsets_file
 from datapipe.formats.wds_foreign import ForeignShardsDataset
 from datapipe.records import Manifest, Record, SplitInfo, record_digest
-from datapipe.sharding import EpochOrder
+from datapipe.order.sharding import EpochOrder
 from tests.storage.conftest import RangeHandler, isolated_cache, serve, stop_serving
 
 pytestmark = pytest.mark.forked  # tracemalloc in a child with one thread (tests/forked.py)

@@ -8,10 +8,10 @@ import torch
 from PIL import Image
 
 from datapipe import open_dataset, read_manifest
-from datapipe.decode import check_image, to_rgb
-from datapipe.inspect import verify
+from datapipe.image.decode import check_image, to_rgb
+from datapipe.formats.inspect import verify
 from datapipe.records import record_digest
-from datapipe.scan import scan_folder
+from datapipe.formats.scan import scan_folder
 from tests.conftest import BAD_FILES, IMAGEFOLDER
 
 CLASSES = ["cat", "dog", "fish"]

@@ -22,7 +22,7 @@ from datapipe.formats import shard_table
 from datapipe.formats.shard_table import BLOCK_ROWS, READ_CHUNK, Layout, ShardTableDamaged, table_file
 from datapipe.formats.tar import END_OF_ARCHIVE
 from datapipe.formats.wds_index import offsets_name, shard_name
-from datapipe.inspect import verify
+from datapipe.formats.inspect import verify
 from datapipe.records import TABLE_VERSION, Manifest, SplitInfo
 from tests.conftest import IMAGEFOLDER
 from tests.formats.test_index_scale import synthetic_wds

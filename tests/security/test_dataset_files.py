@@ -1,4 +1,4 @@
-"""Files that come with a dataset are read one safe way (datapipe.dataset_files, #38 row 3): a caption
+"""Files that come with a dataset are read one safe way (datapipe.storage.dataset_files, #38 row 3): a caption
 or metadata sidecar that links out of the dataset, is a FIFO or a device, or is over the size bound
 skips its image with a reason naming it (never read, never hanging, never stored); a manifest that is
 a FIFO or a link to /dev/zero is one line."""
@@ -12,9 +12,9 @@ import pytest
 import datapipe.formats.base
 from converters import ConvertOptions, convert
 from datapipe import open_dataset
-from datapipe.dataset_files import SIDECAR_MAX_BYTES, BadDatasetFile, read_dataset_file
+from datapipe.storage.dataset_files import SIDECAR_MAX_BYTES, BadDatasetFile, read_dataset_file
 from datapipe.formats.folder import FolderDataset
-from datapipe.scan import scan_folder
+from datapipe.formats.scan import scan_folder
 from tests.conftest import IMAGEFOLDER
 from tests.processes import deadline
 

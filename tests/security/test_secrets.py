@@ -13,8 +13,10 @@ import traceback
 import pytest
 import torch
 
-from datapipe import cli, make_loader, open_dataset
-from datapipe.inspect import describe
+from datapipe import make_loader, open_dataset
+
+from datapipe.cli import main as cli
+from datapipe.formats.inspect import describe
 from datapipe.storage import RemoteStore, RetryPolicy, StoreError, StoreUnavailable, redact
 from datapipe.storage.urls import refusal_status
 

@@ -9,7 +9,7 @@ import lmdb
 import pytest
 
 from datapipe import make_loader, open_dataset
-from datapipe.cli import main
+from datapipe.cli.main import main
 
 WRONG = "0" * 64
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from datapipe import open_dataset
-from datapipe.cli import main
+from datapipe.cli.main import main
 from datapipe.formats import wds_foreign
 from datapipe.storage import RemoteStore, ShardCache, verify
 from datapipe.storage.cachedir import UnsafeCacheDir, default_cache_dir, own_folder

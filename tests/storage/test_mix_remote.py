@@ -1,5 +1,5 @@
 """A Mix with a remote .wds source (moto's S3 on 127.0.0.1): read shard by shard through the node's
-cache (mix_draws.ShardStream), the same (source, record) sequence as the same shards read locally."""
+cache (mix.draws.ShardStream), the same (source, record) sequence as the same shards read locally."""
 from __future__ import annotations
 
 import pytest

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch.multiprocessing.spawn import start_processes
 
-from datapipe.selftest.collective import join_within
+from datapipe.doctor.selftest.collective import join_within
 from datapipe.train import DistEnv, Trainer
 from tests.train.support import config, free_port
 

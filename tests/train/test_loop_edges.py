@@ -5,7 +5,7 @@ import logging
 import pytest
 import torch
 
-from datapipe.cli import main
+from datapipe.cli.main import main
 from datapipe.train import Trainer, train
 from datapipe.train.checkpoint import load
 from datapipe.train.config import warmup_cosine

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from datapipe.cli import main
+from datapipe.cli.main import main
 from datapipe.train import TrainConfig, build_model
 from datapipe.train.optim import param_groups
 from datapipe.train.vit import GRID, resample_positions

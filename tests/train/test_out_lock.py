@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from datapipe.durable import atomic_write
-from datapipe.output_lock import OutputLocked
+from datapipe.storage.durable import atomic_write
+from datapipe.storage.output_lock import OutputLocked
 from datapipe.train import DistEnv
 from datapipe.train.out_lock import LOCK_NAME, out_lock
 from tests.conftest import IMAGEFOLDER

@@ -211,7 +211,7 @@ def test_the_requeue_follows_the_signal_the_flag_and_slurms_job_id(tmp_path, mon
     import argparse
     from pathlib import Path
 
-    from datapipe.cli_train import after_preemption
+    from datapipe.cli.train import after_preemption
     from datapipe.train.preempt import PREEMPTED_EXIT, Preempted, slurm_job_id
 
     assert PREEMPTED_EXIT == PREEMPTED

@@ -13,8 +13,8 @@ import tracemalloc
 
 import pytest
 
-from datapipe.cli import main
-from datapipe.cli_train import SCHEDULE_MAX_BYTES, size_schedule_file
+from datapipe.cli.main import main
+from datapipe.cli.train import SCHEDULE_MAX_BYTES, size_schedule_file
 from datapipe.train.config import TrainConfig
 from tests.augment.test_resolution_schedule import Work
 from tests.processes import deadline

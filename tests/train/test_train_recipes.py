@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from datapipe.augment import PRESETS
-from datapipe.cli import build_parser, main
-from datapipe.cli_recipe import train_recipe
+from datapipe.cli.main import build_parser, main
+from datapipe.cli.recipe import train_recipe
 from datapipe.train import Trainer, TrainConfig, train
 from datapipe.train.checkpoint import load
 from datapipe.train.config import warmup_cosine

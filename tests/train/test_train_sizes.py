@@ -9,7 +9,7 @@ import pytest
 from datapipe.augment import PRESETS
 from datapipe.augment.recipe import PRESET_SIZES
 from datapipe.augment.resolution import ffcv_ramp
-from datapipe.cli import main
+from datapipe.cli.main import main
 from datapipe.train import Trainer, TrainConfig
 from datapipe.train.checkpoint import load
 from tests.train.conftest import packed_sample

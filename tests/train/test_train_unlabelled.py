@@ -31,7 +31,7 @@ def some_unlabelled(tmp_path_factory) -> str:
     """webdataset shards of the fixture's images where every third sample has no .cls (label -1)."""
     import webdataset as wds
 
-    from datapipe.scan import scan_folder
+    from datapipe.formats.scan import scan_folder
 
     root = tmp_path_factory.mktemp("some-unlabelled")
     files = [f for f in scan_folder(IMAGEFOLDER).splits["train"] if f.relpath not in BAD_FILES

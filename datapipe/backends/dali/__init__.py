@@ -3,7 +3,7 @@
 
 One pipeline serves every epoch and every resume: its worker processes start once (under `spawn`
 on CUDA that takes seconds), and each epoch after the first starts within about one batch's time.
-Every format (folder included) goes through the same source, so DALI follows datapipe.sharding like
+Every format (folder included) goes through the same source, so DALI follows datapipe.order.sharding like
 the other backends: one global permutation per epoch, interleaved rank slices, elastic resume,
 substitution of bad records. DALI's own readers (readers.file, readers.webdataset) shard and shuffle
 by themselves and stop at a bad file, so they are not used.
@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from ...formats.base import Dataset, DatasetReplaced
-from ...mix_dataset import refuse_other_fills
-from ...sharding import EpochOrder, ShardOrder, record_of
+from ...mix.dataset import refuse_other_fills
+from ...order.sharding import EpochOrder, ShardOrder, record_of
 from ...storage.redaction import mask_library_output
 from ..bad_samples import BadSample, record_path
 from ..base import Batch, Loader

@@ -28,11 +28,11 @@ from ...augment.plan import SamplePlan
 from ...augment.slots import OpBounds, merged_bounds, op_bounds, ops_row, placed_chains, placed_ops
 from ...augment.recipe import Recipe
 from ...formats.base import Dataset
-from ...mix_dataset import recipe_lookup, recipes_of
-from ...geometry import ViewGeometry, view_of
-from ...headers import BadImageError, image_ext, jpeg_scan_start, png_has_transparency
-from ...layout import image_dims
-from ...sharding import EpochOrder, READ_AHEAD_SHARDS, ShardOrder, record_of
+from ...mix.dataset import recipe_lookup, recipes_of
+from ...image.geometry import ViewGeometry, view_of
+from ...image.headers import BadImageError, image_ext, jpeg_scan_start, png_has_transparency
+from ...image.layout import image_dims
+from ...order.sharding import EpochOrder, READ_AHEAD_SHARDS, ShardOrder, record_of
 from ...storage.isolate import forks_nothing, may_fork_workers
 from ..bad_samples import serve_or_substitute
 from ..deaths import shield_worker
@@ -110,7 +110,7 @@ def gpu_decodable(data: bytes) -> bytes:
         return data
     from PIL import Image  # here only: a source worker loads Pillow for such a record alone
 
-    from ...decode import decode_rgb
+    from ...image.decode import decode_rgb
 
     out = io.BytesIO()  # from the bare pixels: Pillow keeps a colour key (tRNS) on an RGB image it converted
     Image.fromarray(np.asarray(decode_rgb(data))).save(out, format="PNG", compress_level=1)

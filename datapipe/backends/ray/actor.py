@@ -1,7 +1,7 @@
 """One pool actor: holds a DecodedRecords over the dataset (the Dataset pickles as handles, opened
 where the actor runs) and turns a batch's items into the uint8 host batch `collate` makes, as a
 threads-backend decode thread would, sample by sample, and says how long that took (pool_workers="auto"
-weighs the pool's load with it: datapipe.backends.ray.sizing)."""
+weighs the pool's load with it: datapipe.backends.ray.autoscale)."""
 from __future__ import annotations
 
 import time

@@ -23,7 +23,7 @@ import torch
 
 from ...errors import ExpectedError
 from ...formats.base import Dataset
-from ...sharding import READ_AHEAD_SHARDS, EpochOrder, ShardOrder
+from ...order.sharding import READ_AHEAD_SHARDS, EpochOrder, ShardOrder
 from ..base import Batch, Loader
 from ..dataloader import KEEP_BATCHES, DecodedRecords, EpochBatches, Item, collate
 from ..normalize import Normalizer
@@ -32,7 +32,7 @@ from ..prefetch import ahead_on_stream
 from ..threads import thread_view
 from . import session
 from .pool import ActorPool, Member
-from .sizing import Sizing
+from .autoscale import Sizing
 
 log = logging.getLogger(__name__)
 POLL_S = 0.5  # how often a wait for a batch checks that its actor still runs

@@ -133,7 +133,7 @@ CASES = [
          expect="ok", timeout_s=120,
          setup=lambda t: ((t / "d").mkdir(), os.mkfifo(t / "d/f.jpg"), os.symlink("/dev/zero", t / "d/z.jpg"))),
     Case("info: 100,000 classes of 1,000 characters", expect="ok",
-         code="from datapipe.inspect import info_lines; lines = info_lines({'path': 'p', 'format': 'lmdb', "
+         code="from datapipe.formats.inspect import info_lines; lines = info_lines({'path': 'p', 'format': 'lmdb', "
               "'classes': ['\\x1b[31m' + 'c' * 1000 + str(i) for i in range(100_000)], 'splits': {}}); "
               "print('\\n'.join(lines))"),
     Case("preview: an unknown --recipe", argv=[*PREVIEW, "--recipe", "nope"]),

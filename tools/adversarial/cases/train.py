@@ -33,7 +33,7 @@ def _made() -> Path:
                        check=True, capture_output=True, timeout=180)
         script = (
             "import sys, webdataset as wds\nfrom pathlib import Path\n"
-            "from tools.make_img2dataset_sample import make\nfrom datapipe.scan import scan_folder\n"
+            "from tools.make_img2dataset_sample import make\nfrom datapipe.formats.scan import scan_folder\n"
             "root = Path(sys.argv[1]); make(root / 'captions', shards=2, per_shard=6, failed=0, seed=1)\n"
             "(root / 'some').mkdir()\n"
             "files = [f for f in scan_folder(Path(sys.argv[2])).splits['train'] if f.path.read_bytes()[:3] == b'\\xff\\xd8\\xff']\n"
