@@ -1,215 +1,31 @@
-"""`make_loader`: one iterator interface over every format, with the backend chosen by name or "auto"."""
+"""The loaders: `make_loader` (make.py), the Loader protocol (base.py), the registry of backends by name
+(registry.py), one module or package a backend. May import every room but cli, doctor, bench and train.
+
+Importing the package costs no torch: the registry is read by the CLI's parser; make_loader and the rest
+load on first use, as datapipe's own names do."""
 from __future__ import annotations
 
-import importlib.util
-import math
-import logging
-from pathlib import Path
+import importlib
 from typing import Any
 
-import torch
+from .registry import (BackendSpec, Situation, backend_choices, backend_names, backend_spec, dali_installed,
+                       register_backend, unregister_backend)
 
-from ..augment.custom import check_transform
-from ..augment.recipe import Recipe, resolve_recipe
-from ..augment.resolution import size_schedule
-from ..formats import open_dataset
-from ..formats.base import Dataset
-from ..resources import local_world_size
-from ..order.sharding import READ_AHEAD_SHARDS, EpochOrder, Shard, ShardOrder, resolve_shard
-from ..mix.sources import Mix
-from ..mix.dataset import MixDataset
-from ..mix.order import MixOrder, MixState
-from .base import Batch, Loader, batch_type
-from .options import LoaderOptions
-
-log = logging.getLogger("datapipe")
-BACKENDS = ("auto", "dataloader", "threads", "prefetch", "dali", "ray")
+_LAZY = {"make_loader": ".make", "choose_backend": ".make", "make_order": ".make", "shard_block": ".make",
+         "shards_held": ".make", "_announced": ".make", "Batch": ".base", "Loader": ".base",
+         "batch_type": ".base", "LoaderOptions": ".options"}
 
 
-def dali_installed() -> bool:
-    return importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
+def __getattr__(name: str) -> Any:
+    if name == "BACKENDS":  # read from the registry each time: a backend registered later is in it
+        return backend_choices()
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'datapipe.backends' has no attribute {name!r}")
 
 
-def choose_backend(backend: str, device: torch.device, *, remote: bool = False) -> tuple[str, str]:
-    """(backend name, why) for a requested name or "auto"; `remote`: the dataset is read from an object store."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
-    if backend != "auto":
-        return backend, "requested"
-    if device.type == "cuda":
-        if dali_installed():
-            return "dali", "CUDA and DALI present: nvJPEG decode and augmentation on the GPU"
-        return "prefetch", "CUDA present, DALI not installed (pip install 'datapipe[dali]' for GPU decode)"
-    if remote:
-        return "dataloader", ("no CUDA, remote dataset: worker processes may call the object store themselves, "
-                              "threads of the rank process may not (datapipe.storage.isolate)")
-    return "threads", ("no CUDA, local dataset: decode threads fill preallocated batch buffers, no worker "
-                       "processes or pickling (docs/loaders.md: why, and when the dataloader is better)")
-
-
-def _loader_class(name: str) -> type[Loader]:
-    if name == "dali":
-        from .dali import DaliLoader
-        return DaliLoader
-    if name == "threads":
-        from .threads import ThreadLoader
-        return ThreadLoader
-    if name == "prefetch":
-        from .prefetch import PrefetchLoader
-        return PrefetchLoader
-    if name == "ray":
-        from .ray import RayLoader
-        return RayLoader
-    from .dataloader import ProcessLoader
-    return ProcessLoader
-
-
-def shards_held(options: LoaderOptions, shard_samples: list[int], mix_shards: int) -> int:
-    """Shards one rank's readers hold in the cache at once under shard-wise sampling: its workers'
-    batches in flight span a window of consecutive shards; each reader also pins the shard before
-    its window (datapipe.storage.files) and fetches READ_AHEAD_SHARDS past it. When training, shards
-    are mixed in blocks of ShardOrder.mix_shards: the window spans whole blocks, and the next block's
-    shards are fetched while one is read (ShardOrder.shards_ahead), which where the window straddles
-    two blocks reaches into a third: at most the window's shards, at most a block's."""
-    in_flight = max(options.workers, 1) * options.prefetch_factor * options.batch_size
-    smallest = max(1, min(shard_samples))
-    window = math.ceil(in_flight / smallest)
-    mix = min(mix_shards, len(shard_samples)) if options.train else 1
-    if mix == 1:
-        return window + 2 + READ_AHEAD_SHARDS
-    lead = math.ceil((mix - 1) * sum(shard_samples) / len(shard_samples) / smallest)
-    blocks = math.ceil(in_flight / (mix * smallest)) + 1
-    return mix * blocks + min(window, lead) + 1 + READ_AHEAD_SHARDS
-
-
-def make_order(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochOrder | ShardOrder:
-    """The global permutation, or shard-wise sampling (the default for remote datasets, on request for
-    local shards); a remote dataset's cache must hold what its ranks read at once. A mix: its own order."""
-    if isinstance(dataset, MixDataset):
-        return mix_order(dataset, options, shard)
-    sampling = options.sampling
-    if sampling == "auto":
-        sampling = "shards" if dataset.location.remote else "global"
-    if sampling == "global":
-        if dataset.location.remote:
-            dataset.location.cache.require(dataset.shard_entries().total_bytes,
-                                           "sampling='global' reads from every shard all epoch long: its shards")
-        return EpochOrder(len(dataset), options.batch_size, shard, options.seed, shuffle=options.train,
-                          drop_last=options.drop_last, repeats=options.recipe.aug_repeats if options.train else 1)
-    if options.train and options.recipe.aug_repeats > 1:
-        raise ValueError(f"aug_repeats={options.recipe.aug_repeats} (repeated augmentation) needs sampling='global'; "
-                         "shard-wise sampling reads each record once per epoch: give sampling='global', or "
-                         "aug_repeats=1 (datapipe train: --sampling global or --aug-repeats 1)")
-    sizes = getattr(dataset, "shard_sizes", None)
-    if sizes is None:
-        raise ValueError(f"sampling='shards' needs a sharded dataset (.wds or shard files); {dataset} is "
-                         f"{dataset.format!r}: use sampling='global'")
-    # datapipe's own shards were shuffled when written: reading them shard by shard is already mixed
-    mix = options.mix_shards or (1 if dataset.shuffled_at_write else ShardOrder.mix_shards)
-    if dataset.location.remote:
-        cache = dataset.location.cache
-        biggest = dataset.shard_entries().largest
-        ranks, held = local_world_size() or 1, shards_held(options, [int(n) for n in sizes()], mix)
-        cache.require(ranks * held * biggest,
-                      f"{ranks} rank(s) on this node, each holding {held} shards at once (those its workers' "
-                      f"batches in flight span, a neighbour each end, {READ_AHEAD_SHARDS} read ahead) of up to "
-                      f"{biggest:,} bytes,")
-    return ShardOrder(tuple(int(n) for n in sizes()), options.batch_size, shard, options.seed, shuffle=options.train,
-                      drop_last=options.drop_last, mix_shards=mix)
-
-
-def mix_order(dataset: MixDataset, options: LoaderOptions, shard: Shard) -> MixOrder:
-    """A mix's order. Each source is a stream of permutations of its records; a remote sharded source
-    (sampling="auto"), or every sharded one (sampling="shards"), is read shard by shard, a few shards
-    at a time (mix.draws.ShardStream), so a node's cache holds a window of it, not all of it."""
-    sizes, blocks, windows = [], [], []
-    for source in dataset.datasets:
-        shards = getattr(source, "shard_sizes", None)
-        local = options.sampling == "shards" or (options.sampling == "auto" and source.location.remote)
-        sizes.append(tuple(int(n) for n in shards()) if local and shards is not None else None)
-        # datapipe's own shards were shuffled when written: shard by shard is already mixed (as make_order's)
-        blocks.append(options.mix_shards or (1 if source.shuffled_at_write else ShardOrder.mix_shards))
-        if source.location.remote and sizes[-1] is None:
-            source.location.cache.require(source.shard_entries().total_bytes,
-                                          f"a Mix reads from every shard of {source} all epoch long (sampling="
-                                          f"{options.sampling!r}): its shards")
-        elif source.location.remote:
-            windows.append((source, blocks[-1]))
-    for source, block in windows:  # the node's ranks read the same window of the stream: two blocks, what's in flight
-        biggest = source.shard_entries().largest
-        held = 2 * block + shards_held(options, [int(n) for n in source.shard_sizes()], 1)
-        source.location.cache.require(held * biggest, f"a Mix reads {source} shard by shard: about {held} shards at "
-                                                      f"once (2 blocks of {block} and what batches in flight span)")
-    return MixOrder(dataset.mix.epoch_size, options.batch_size, shard, options.seed, shuffle=options.train,
-                    drop_last=options.drop_last, repeats=options.recipe.aug_repeats if options.train else 1,
-                    state=MixState(dataset.mix, shard_sizes=tuple(sizes), mix_shards=tuple(blocks)))
-
-
-def make_loader(source: "str | Path | Dataset | Mix", *, split: str = "train", backend: str = "auto",
-                rank: int | None = None, world_size: int | None = None,
-                options: LoaderOptions | None = None, sha256: str | None = None, **overrides: Any) -> Loader:
-    """A loader of Batch(images, labels, indices) over a packed dataset, an image folder, or shards.
-
-    Options are LoaderOptions fields, given as `options=` or as keywords (batch_size=256, train=True,
-    image_size=224, seed=0, device=None, dtype=torch.float32, channels_last=False, drop_last=False,
-    num_workers=None, prefetch_factor=2, pin_memory=None, on_error="skip", sampling="auto",
-    cache_dir=None, cache_limit=None, mix_shards=None, batch_format="batch"; "pair" yields (images, labels)
-    for code written for a DataLoader over ImageFolder). `fields=("image", "text")` yields (images, texts,
-    indices): any of "image" (first), "label", "text" (captions: list[str]), "meta" (JSON metadata: list[dict]),
-    "multilabel" (N x classes multi-hot float32), each a field the dataset carries (Dataset.fields);
-    `tokenizer=` (caption -> token ids) runs where samples are decoded and makes texts a LongTensor N x L
-    (a list of 1-D ones when lengths differ); datapipe.batch_type(fields) is the batch's class.
-    `recipe=`: a datapipe.Recipe or a preset name ("deit", "rsb-a3", "ffcv-rn50", "tv-v2"); Recipe fields
-    given as keywords (auto_augment=, re_prob=, mixup_alpha=, ...) change it. `image_size` may be a function of the epoch (datapipe.SizeRamp).
-    dtype=torch.uint8 gives un-normalized images. `source` may be a `.wds` URL (s3://, gs://, az://, https://),
-    or a datapipe.Mix of several datasets (indices then count inside each source; fields=(..., "source") adds
-    each sample's source number, into mix.names).
-    rank and world_size default to torch.distributed's when it is initialized. Call set_epoch(e)
-    before each epoch. `sha256`: an LMDB or HDF5 file is opened only if it has this digest (see open_dataset).
-    """
-    recipe_fields = {k: overrides.pop(k) for k in list(overrides) if k in Recipe.__dataclass_fields__ and k != "name"}
-    unknown = sorted(set(overrides) - set(LoaderOptions.__dataclass_fields__))
-    if unknown:
-        raise ValueError(f"make_loader got unknown option(s) {unknown}: it takes LoaderOptions fields "
-                         f"{sorted(LoaderOptions.__dataclass_fields__)} and Recipe fields "
-                         f"{sorted(k for k in Recipe.__dataclass_fields__ if k != 'name')}")
-    image_size = overrides.get("image_size", options.image_size if options else LoaderOptions.image_size)
-    if callable(image_size):
-        schedule = size_schedule(image_size)
-        overrides["image_size"] = schedule(0)
-    else:
-        schedule = None
-    base = overrides.pop("recipe", options.recipe if options else None)
-    overrides["recipe"] = resolve_recipe(base, **recipe_fields)
-    options = LoaderOptions(**{**(options.__dict__ if options else {}), **overrides})
-    if sha256 is not None and isinstance(source, Dataset):
-        raise ValueError("sha256= checks a file before it is opened: pass the dataset's path, not an opened Dataset")
-    if isinstance(source, Mix):
-        source.refuse_other_opening(options.cache_dir, options.cache_limit, sha256)
-        dataset: Dataset = MixDataset(source)
-    else:
-        dataset = source if isinstance(source, Dataset) else open_dataset(
-            source, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit, sha256=sha256)
-    order = make_order(dataset, options, resolve_shard(rank, world_size))
-    name, reason = choose_backend(backend, options.torch_device, remote=dataset.location.remote)
-    check_transform(options.transform, name, workers=options.workers)
-    loader = _loader_class(name)(dataset, order, options, reason=reason)
-    if schedule is not None:
-        loader.set_image_size(schedule)
-    _announce(name, reason, dataset)
-    return loader
-
-
-_announced: set[tuple[str, str]] = set()
-
-
-def _announce(name: str, reason: str, dataset: Dataset) -> None:
-    """One INFO line a loader; the reason for the backend in full once a process (a run's train and val
-    loaders, a bench's rows: the same reason each time), then its first clause."""
-    short = reason.split(":")[0].split(" (")[0]
-    shown = short if (name, reason) in _announced else reason
-    _announced.add((name, reason))
-    log.info("datapipe: %s backend (%s) over %s", name, shown, dataset)
-
-
-__all__ = ["make_loader", "choose_backend", "Batch", "Loader", "LoaderOptions", "BACKENDS", "batch_type"]
+__all__ = ["make_loader", "choose_backend", "Batch", "Loader", "LoaderOptions", "BACKENDS", "batch_type",
+           "BackendSpec", "Situation", "register_backend", "unregister_backend", "backend_names", "backend_choices",
+           "backend_spec", "dali_installed"]

@@ -20,6 +20,7 @@ import torch
 
 from ..augment.resolution import check_image_size
 from ..backends import make_loader
+from ..backends.registry import backend_names, local_backends
 from ..backends.threads import THREAD_PREFIX
 from ..image.decode import decode_rgb
 from ..errors import first_line
@@ -36,7 +37,6 @@ from .window import DRAIN_BATCHES, NoBatchLeft, Timing, timed
 log = logging.getLogger(__name__)
 
 
-BACKENDS = ("threads", "dataloader", "prefetch", "dali", "ray")
 __all__ = ["BenchOptions", "Case", "Row", "SUITES", "Timing", "timed", "DRAIN_BATCHES", "NoBatchLeft"]
 
 
@@ -44,7 +44,7 @@ __all__ = ["BenchOptions", "Case", "Row", "SUITES", "Timing", "timed", "DRAIN_BA
 class BenchOptions:
     """What to run and how long; validated once."""
 
-    backends: tuple[str, ...] = ("threads", "dataloader", "prefetch", "dali")
+    backends: tuple[str, ...] = field(default_factory=local_backends)
     batch_size: int = 64
     image_size: int = 224
     seconds: float = 10.0
@@ -67,9 +67,9 @@ class BenchOptions:
             from ..augment.recipe import resolve_recipe
 
             resolve_recipe(self.recipe)  # a ValueError naming the presets
-        unknown = set(self.backends) - set(BACKENDS)
+        unknown = set(self.backends) - set(backend_names())
         if unknown:
-            raise ValueError(f"unknown backends {sorted(unknown)}; choose from {', '.join(BACKENDS)}")
+            raise ValueError(f"unknown backends {sorted(unknown)}; choose from {', '.join(backend_names())}")
         if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in self.pool_workers):
             raise ValueError(f"pool_workers must be pool sizes >= 1, e.g. (1, 2); got {self.pool_workers!r}")
         if self.repeats < 1 or not self.seconds > 0 or self.batch_size < 1 or self.warmup < 0 or self.min_batches < 1:

@@ -8,9 +8,11 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 
+from ..backends.registry import backend_choices, backend_names, local_backends
+from ..errors import ExpectedError
+from ..formats import FORMATS
 from .doctor import add_doctor
 from .mix import add_mix_arguments, mix_lines, source_of_args
-from ..errors import ExpectedError
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 1 << 10, "mi": 1 << 20,
@@ -33,7 +35,7 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
                    "holding ImageNet's downloaded archives, read without extracting them (docs/imagenet.md); or a "
                    "packed dataset (.lmdb, .h5, .wds): its records copied as they are (docs/converting.md)")
     p.add_argument("dst", help="output: *.lmdb, *.h5/*.hdf5, or *.wds (a folder of shards)")
-    p.add_argument("--format", choices=["lmdb", "hdf5", "wds"], help="override the format the suffix selects")
+    p.add_argument("--format", choices=list(FORMATS), help="override the format the suffix selects")
     p.add_argument("--workers", type=int, default=0, help="reader processes (default: all cores)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
     p.add_argument("--resume", action="store_true", help="finish an interrupted conversion")
@@ -150,8 +152,8 @@ def _run_verify(args: argparse.Namespace) -> int:
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="measure read, decode and loader throughput against a naive baseline")
     p.add_argument("data", nargs="+", help="packed datasets, image folders or shard patterns")
-    p.add_argument("--backends", "--backend", default="threads,dataloader,prefetch,dali",
-                   help="comma-separated, of threads,dataloader,prefetch,dali,ray (default: all but ray; ray: a pool "
+    p.add_argument("--backends", "--backend", default=",".join(local_backends()),
+                   help=f"comma-separated, of {','.join(backend_names())} (default: all but ray; ray: a pool "
                         "of Ray actors, on the Ray at RAY_ADDRESS, else a local one; docs/pool.md)")
     p.add_argument("--pool-workers", type=_sizes, default=(), metavar="N[,N...]",
                    help="backend ray: the pool sizes to run, one row each (default: --workers's value)")
@@ -309,7 +311,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                         "size an epoch (the last continues); instead of --image-size")
     p.add_argument("--eval-size", type=int, metavar="N", help="val size (FixRes: larger than train); default: the "
                    "recipe's with its train sizes (ffcv-rn50 256, rsb-a3 and tv-v2 224), else the last train size")
-    p.add_argument("--backend", choices=["auto", "threads", "dataloader", "prefetch", "dali", "ray"],
+    p.add_argument("--backend", choices=backend_choices(),
                    help="default: auto; ray: a pool of Ray actors decodes (the Ray at RAY_ADDRESS, else a local one; "
                         "docs/pool.md)")
     p.add_argument("--amp", choices=["bf16", "fp16", "off"], help="default: bf16 where the GPU supports it, else off")

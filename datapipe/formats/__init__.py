@@ -1,4 +1,6 @@
-"""Format registry and `open_dataset`: dispatch on the manifest each output carries, never on guesses."""
+"""Every dataset kind behind one dispatch (kinds.py: URL, Parquet, other tools' shards, packed, folder) and
+the packed formats' registry (FORMATS: a manifest names its format, never guessed). May import storage,
+image, records and the leaves."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,6 +14,7 @@ from . import hdf5, lmdb, wds
 from .trusted import check_sha256
 from .base import Dataset, DatasetReplaced, Writer
 from .folder import FolderDataset
+from .kinds import DatasetKind, dataset_kinds, kind_of, register_kind, unregister_kind
 from .parquet import ParquetDataset, is_parquet_pattern
 from .wds_foreign import ForeignShardsDataset, shard_folder
 
@@ -100,6 +103,69 @@ def open_remote(url: str, split: str, *, cache_dir: Path | None, cache_limit: in
     return wds.WdsDataset(url.rstrip("/"), manifest, split, location=RemoteLocation(store, cache))
 
 
+def _cache(cache_dir: str | Path | None) -> Path | None:
+    return Path(cache_dir) if cache_dir else None
+
+
+def _open_url(path: str | Path, split: str, *, cache_dir: str | Path | None, cache_limit: int | None) -> Dataset:
+    return open_remote(str(path), split, cache_dir=_cache(cache_dir), cache_limit=cache_limit)
+
+
+def _open_parquet(path: str | Path, split: str, **_: object) -> Dataset:
+    return ParquetDataset(path, split)  # Hugging Face Hub Parquet files, read in place (datapipe.formats.parquet)
+
+
+def _refuse_staging(path: str | Path, split: str, **_: object) -> Dataset:
+    """A conversion's staging folder: never read as other tools' shards."""
+    raise _interrupted(Path(path).with_name(Path(path).name[: -len(PARTIAL_SUFFIX)]), Path(path))
+
+
+def _other_tools_shards(path: str | Path) -> bool:
+    pattern = isinstance(path, str) and (path.endswith(".tar") or ("{" in path and not Path(path).exists()))
+    return pattern or (Path(path).is_dir() and bool(shard_folder(path)) and read_manifest(path) is None)
+
+
+def _open_shards(path: str | Path, split: str, *, cache_dir: str | Path | None, **_: object) -> Dataset:
+    if split != "train":
+        raise SplitNotFound(f"split {split!r} not in {path}: a shard pattern is one split (read as 'train'); "
+                            "open the other split's shards by their own pattern")
+    return ForeignShardsDataset(str(path), cache_dir=_cache(cache_dir))  # img2dataset's, or a shard pattern
+
+
+def _packed(path: str | Path) -> bool:
+    return Path(path).exists() and read_manifest(path) is not None
+
+
+def _open_packed(path: str | Path, split: str, **_: object) -> Dataset:
+    path = Path(path)
+    manifest = read_manifest(path)
+    if manifest is None:  # removed since it was claimed
+        raise FileNotFoundError(f"{path}'s manifest is gone: it is no longer a datapipe dataset")
+    if manifest.format not in FORMATS:
+        raise ValueError(f"{path} has format {manifest.format!r}, which this datapipe cannot read ({sorted(FORMATS)})")
+    dataset = FORMATS[manifest.format].reader(path, manifest, split)
+    if dataset.identity is not None:  # the manifest was read before the reader took the identity: re-read it
+        dataset.identity.check(reread=True)
+    return dataset
+
+
+def _folder(path: str | Path) -> bool:
+    return Path(path).is_dir() and not (Path(path) / MANIFEST_NAME).exists()
+
+
+def _open_folder(path: str | Path, split: str, *, cache_dir: str | Path | None, **_: object) -> Dataset:
+    return FolderDataset(Path(path), split, cache_dir=cache_dir)  # its shared index goes there
+
+
+for _kind in (DatasetKind("url", is_url, _open_url, 10),
+              DatasetKind("parquet", is_parquet_pattern, _open_parquet, 20),
+              DatasetKind("staging", lambda p: Path(p).name.endswith(PARTIAL_SUFFIX), _refuse_staging, 25),
+              DatasetKind("shards", _other_tools_shards, _open_shards, 30),
+              DatasetKind("packed", _packed, _open_packed, 40),
+              DatasetKind("folder", _folder, _open_folder, 90)):
+    register_kind(_kind)
+
+
 def open_dataset(path: str | Path, split: str = "train", *, cache_dir: str | Path | None = None,
                  cache_limit: int | None = None, sha256: str | None = None) -> Dataset:
     """Open one split of a packed dataset (LMDB, HDF5, WebDataset), of a plain image folder, or
@@ -110,39 +176,21 @@ def open_dataset(path: str | Path, split: str = "train", *, cache_dir: str | Pat
     $TMPDIR/datapipe-UID/shards), kept under `cache_limit` bytes, least recently used first, files in
     use never evicted (datapipe.storage.cache). `sha256`: for LMDB and HDF5, whose C libraries do not
     defend against crafted files, the sha256 you trust of the file they parse (the .h5 file, an LMDB
-    folder's data.mdb), checked before anything opens it (one read of the file)."""
+    folder's data.mdb), checked before anything opens it (one read of the file). Which kind a path is:
+    the first of datapipe.formats.kinds that claims it."""
     if sha256 is not None:
         check_sha256(path, sha256)
-    if is_url(path):
-        return open_remote(str(path), split, cache_dir=Path(cache_dir) if cache_dir else None, cache_limit=cache_limit)
-    if is_parquet_pattern(path):  # Hugging Face Hub Parquet files, read in place (datapipe.formats.parquet)
-        return ParquetDataset(path, split)
-    if Path(path).name.endswith(PARTIAL_SUFFIX):  # a conversion's staging folder: never read as other tools' shards
-        raise _interrupted(Path(path).with_name(Path(path).name[: -len(PARTIAL_SUFFIX)]), Path(path))
-    pattern = isinstance(path, str) and (path.endswith(".tar") or ("{" in path and not Path(path).exists()))
-    if pattern or (Path(path).is_dir() and shard_folder(path) and read_manifest(path) is None):  # img2dataset's
-        if split != "train":
-            raise SplitNotFound(f"split {split!r} not in {path}: a shard pattern is one split (read as 'train'); "
-                                "open the other split's shards by their own pattern")
-        return ForeignShardsDataset(str(path), cache_dir=Path(cache_dir) if cache_dir else None)
+    kind = kind_of(path)
+    if kind is not None:
+        return kind.open(path, split, cache_dir=cache_dir, cache_limit=cache_limit)
     path = Path(path)
     staging = staging_path(path)
     if not path.exists():
         if staging.exists():
             raise _interrupted(path, staging)
         raise FileNotFoundError(f"{path} does not exist")
-    manifest = read_manifest(path)
-    if manifest is None:
-        if path.is_dir() and not (path / MANIFEST_NAME).exists():
-            return FolderDataset(path, split, cache_dir=cache_dir)  # its shared index goes there
-        raise ValueError(f"{path} is not a datapipe dataset (no manifest) nor an image folder")
-    if manifest.format not in FORMATS:
-        raise ValueError(f"{path} has format {manifest.format!r}, which this datapipe cannot read ({sorted(FORMATS)})")
-    dataset = FORMATS[manifest.format].reader(path, manifest, split)
-    if dataset.identity is not None:  # the manifest was read before the reader took the identity: re-read it
-        dataset.identity.check(reread=True)
-    return dataset
+    raise ValueError(f"{path} is not a datapipe dataset (no manifest) nor an image folder")
 
 
 __all__ = ["FORMATS", "FormatSpec", "Dataset", "DatasetReplaced", "Writer", "open_dataset", "read_manifest",
-           "format_for", "staging_path"]
+           "format_for", "staging_path", "DatasetKind", "register_kind", "unregister_kind", "dataset_kinds"]

@@ -1,0 +1,135 @@
+"""The backends by name: each one's loader class and what `backend="auto"` weighs, in one table.
+
+make_loader, choose_backend, BACKENDS and the CLI's --backend/--backends choices all read it. Adding a
+backend is one module (a Loader subclass) plus one `register_backend(BackendSpec(...))`. Kept free of
+torch: the CLI builds its parser from it, and `convert`, `info`, `verify` never import torch.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Situation:
+    """What `auto` knows when it chooses: the device's type ("cuda", "cpu", ...) and whether the
+    dataset is read from an object store."""
+
+    device: str
+    remote: bool = False
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """One backend. `loader`: its Loader class, or "module:Class" (under datapipe.backends when the
+    module starts with a dot) imported on first use, so that naming a backend costs no import.
+    `auto`: the reason `backend="auto"` picks it in a situation, or None where it does not; auto asks
+    the backends in `auto_rank` order, lowest first (None: never chosen by auto, named only)."""
+
+    name: str
+    loader: "type | str"
+    auto: Callable[[Situation], str | None] | None = None
+    auto_rank: int = 100
+    summary: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isidentifier() or self.name == "auto":
+            raise ValueError(f"a backend's name must be an identifier other than 'auto', got {self.name!r}")
+
+    def loader_class(self) -> type:
+        if not isinstance(self.loader, str):
+            return self.loader
+        module, _, attribute = self.loader.partition(":")
+        return getattr(importlib.import_module(module, "datapipe.backends"), attribute)
+
+
+_BACKENDS: dict[str, BackendSpec] = {}
+
+
+def register_backend(spec: BackendSpec, *, replace: bool = False) -> BackendSpec:
+    """Add `spec` to the table (make_loader and the CLI offer it from now on); a name taken is refused
+    unless `replace`."""
+    if spec.name in _BACKENDS and not replace:
+        raise ValueError(f"a backend named {spec.name!r} is registered already; pass replace=True to replace it")
+    _BACKENDS[spec.name] = spec
+    return spec
+
+
+def unregister_backend(name: str) -> None:
+    _BACKENDS.pop(name, None)
+
+
+def backend_names() -> tuple[str, ...]:
+    """The registered backends, in registration order."""
+    return tuple(_BACKENDS)
+
+
+def backend_choices() -> tuple[str, ...]:
+    """What make_loader's `backend=` and `datapipe train --backend` accept: "auto" and every name."""
+    return ("auto", *_BACKENDS)
+
+
+def local_backends() -> tuple[str, ...]:
+    """The backends that run on this machine alone: those `auto` may choose (ray's pool is named only)."""
+    return tuple(name for name, spec in _BACKENDS.items() if spec.auto is not None)
+
+
+def backend_spec(name: str) -> BackendSpec:
+    if name not in _BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {backend_choices()}")
+    return _BACKENDS[name]
+
+
+def dali_installed() -> bool:
+    return importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
+
+
+def choose(backend: str, situation: Situation) -> tuple[str, str]:
+    """(backend name, why) for a requested name or "auto": the first backend, by auto_rank, whose rule
+    gives a reason in this situation."""
+    if backend != "auto":
+        return backend_spec(backend).name, "requested"
+    for spec in sorted((s for s in _BACKENDS.values() if s.auto is not None), key=lambda s: s.auto_rank):
+        reason = spec.auto(situation)  # type: ignore[misc]
+        if reason is not None:
+            return spec.name, reason
+    raise ValueError(f"no registered backend accepts this situation ({situation}); name one of {backend_names()}")
+
+
+def _dali(s: Situation) -> str | None:
+    if s.device == "cuda" and dali_installed():
+        return "CUDA and DALI present: nvJPEG decode and augmentation on the GPU"
+    return None
+
+
+def _prefetch(s: Situation) -> str | None:
+    return "CUDA present, DALI not installed (pip install 'datapipe[dali]' for GPU decode)" if s.device == "cuda" else None
+
+
+def _dataloader(s: Situation) -> str | None:
+    return ("no CUDA, remote dataset: worker processes may call the object store themselves, threads of the rank "
+            "process may not (datapipe.storage.isolate)") if s.remote else None
+
+
+def _threads(s: Situation) -> str | None:
+    return ("no CUDA, local dataset: decode threads fill preallocated batch buffers, no worker processes or "
+            "pickling (docs/loaders.md: why, and when the dataloader is better)")
+
+
+BUILT_IN: tuple[BackendSpec, ...] = (
+    BackendSpec("threads", ".threads:ThreadLoader", _threads, 40,
+                "decode threads filling preallocated batch buffers in the rank's process"),
+    BackendSpec("dataloader", ".dataloader:ProcessLoader", _dataloader, 30,
+                "torch DataLoader worker processes (pinned memory)"),
+    BackendSpec("prefetch", ".prefetch:PrefetchLoader", _prefetch, 20,
+                "the dataloader backend plus a CUDA side stream (H2D copy and normalize on the GPU)"),
+    BackendSpec("dali", ".dali:DaliLoader", _dali, 10, "NVIDIA DALI: nvJPEG decode and augmentation on the GPU"),
+    BackendSpec("ray", ".ray:RayLoader", None, 100, "a Ray pool of CPU workers on other machines"),
+)
+for _spec in BUILT_IN:
+    register_backend(_spec)
+
+__all__ = ["BackendSpec", "Situation", "register_backend", "unregister_backend", "backend_names", "backend_choices",
+           "backend_spec", "choose", "dali_installed", "local_backends"]
