@@ -133,6 +133,7 @@ def test_dali_workers_serve_the_main_processs_answers_never_asking():
     position = main.encode(8, 2)
     worker = order(make_mix(impure))
     worker.state.mix._weights = lambda epoch: pytest.fail(f"a worker asked the weights of epoch {epoch}")
-    offset = worker.decode(position)
+    offset = worker.adopt(position)
+    assert worker.decode(position) == 8  # decode alone is pure: adopt takes the draws
     assert offset == 8
     assert list(worker.rank_indices(2, offset)) == list(main.rank_indices(2, 8))

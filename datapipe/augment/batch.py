@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .batch_plan import MixPlan, erase_noise, plan_erase, plan_mix
+from .batch_plan import MixupPlan, erase_noise, plan_erase, plan_mix
 from .recipe import Recipe
 
 
@@ -105,7 +105,7 @@ class BatchStage:
         a[:, top:bottom, left:right] = b[:, top:bottom, left:right]
         b[:, top:bottom, left:right] = kept
 
-    def _mix_batch(self, images: torch.Tensor, mix: MixPlan) -> tuple[torch.Tensor, torch.Tensor]:
+    def _mix_batch(self, images: torch.Tensor, mix: MixupPlan) -> tuple[torch.Tensor, torch.Tensor]:
         """One lam (and box) for the batch; sample i mixed with N-1-i, pair by pair in place (no batch copy)."""
         n, lam, box = len(images), float(mix.lams[0]), mix.boxes[0]
         if lam == 1.0:
@@ -117,7 +117,7 @@ class BatchStage:
                 self._blend_pair(images[i], images[n - 1 - i], lam)
         return images, torch.from_numpy(mix.lams.copy())
 
-    def _mix_elem(self, images: torch.Tensor, mix: MixPlan) -> tuple[torch.Tensor, torch.Tensor]:
+    def _mix_elem(self, images: torch.Tensor, mix: MixupPlan) -> tuple[torch.Tensor, torch.Tensor]:
         """timm's elem mode: a lam (and mixup or cutmix) per sample, each mixed with its partner's
         original pixels."""
         n = len(images)

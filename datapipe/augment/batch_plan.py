@@ -55,7 +55,7 @@ def position_key(position: Any) -> int:
 
 
 @dataclass(frozen=True)
-class MixPlan:
+class MixupPlan:
     """A batch's mixing: per sample its lam (1: unmixed) and, for cutmix, the box (top, bottom, left,
     right) taken from its partner N-1-i; in batch mode every sample has the same."""
 
@@ -64,7 +64,7 @@ class MixPlan:
 
 
 def plan_mix(recipe: Recipe, seed: int, epoch: int, position: Any, rank: int, count: int, height: int,
-             width: int) -> MixPlan:
+             width: int) -> MixupPlan:
     """timm's Mixup draws for a batch of `count` height x width images: batch mode (_params_per_batch,
     one lam, cutmix with switch_prob) or elem mode (_params_per_elem); cutmix boxes by rand_bbox with
     the lam corrected to the box's area."""
@@ -88,8 +88,8 @@ def plan_mix(recipe: Recipe, seed: int, epoch: int, position: Any, rank: int, co
             *box, lams[i] = _cut_box(rng, float(lams[i]), height, width)
             boxes[i] = tuple(box)  # type: ignore[assignment]
     if draws == 1:
-        return MixPlan(np.full(count, lams[0], dtype=np.float32), tuple(boxes * count))
-    return MixPlan(lams, tuple(boxes))
+        return MixupPlan(np.full(count, lams[0], dtype=np.float32), tuple(boxes * count))
+    return MixupPlan(lams, tuple(boxes))
 
 
 def _cut_box(rng: np.random.Generator, lam: float, h: int, w: int) -> tuple[int, int, int, int, float]:

@@ -33,14 +33,14 @@ without_cse()
 INTERP_CODES = {"bilinear": 0, "bicubic": 1}  # what the source sends; the graph maps them to DALI's enum
 
 
-IDENTITY: Matrix = (1, 0, 0, 0, 1, 0)
+IDENTITY_MATRIX: Matrix = (1, 0, 0, 0, 1, 0)
 
 
 def slot_matrices(ops: list[Op] | tuple[Op, ...], size: int) -> np.ndarray:
     """max(MAX_OPS, len(ops)) x 2 x 3 float32: per op slot, its affine matrix on a size x size image
     (identity for a slot without a geometric op)."""
     out = np.empty((max(MAX_OPS, len(ops)), 2, 3), dtype=np.float32)
-    out[:] = np.array(IDENTITY, dtype=np.float32).reshape(2, 3)
+    out[:] = np.array(IDENTITY_MATRIX, dtype=np.float32).reshape(2, 3)
     for slot, (kind, value) in enumerate(ops):
         affine = kind_of(kind).affine
         if affine is not None:

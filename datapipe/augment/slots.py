@@ -10,7 +10,7 @@ from .plan import STAGES, Mix, Op, SamplePlan
 from .recipe import Recipe
 
 MAX_OPS = 8  # flat op slots of a row: vflip + up to 4 auto-augment ops or 4 jitter factors + grayscale
-IDENTITY: Op = (KIND_ID["identity"], 0.0)
+IDENTITY_OP: Op = (KIND_ID["identity"], 0.0)
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def merged_bounds(bounds: list[OpBounds]) -> OpBounds:
 def placed_ops(plan: SamplePlan, bounds: OpBounds) -> list[Op]:
     """The plan's flat ops at their slots (MAX_OPS of them, identity elsewhere): those before AugMix
     from slot 0, those after it from slot bounds.mix_at."""
-    placed = [IDENTITY] * MAX_OPS
+    placed = [IDENTITY_OP] * MAX_OPS
     before = plan.ops[:plan.mix_at] if plan.mix is not None else plan.ops
     after = plan.ops[plan.mix_at:] if plan.mix is not None else ()
     for slot, op in [*enumerate(before), *enumerate(after, bounds.mix_at)]:
@@ -76,7 +76,7 @@ def placed_ops(plan: SamplePlan, bounds: OpBounds) -> list[Op]:
 
 def placed_chains(mix: Mix, bounds: OpBounds) -> list[Op]:
     """AugMix's chains at their slots: chain c's ops from slot c * depth, identity-padded."""
-    placed = [IDENTITY] * (bounds.chains * bounds.depth)
+    placed = [IDENTITY_OP] * (bounds.chains * bounds.depth)
     for c, chain in enumerate(mix.chains):
         placed[c * bounds.depth:c * bounds.depth + len(chain)] = chain
     return placed

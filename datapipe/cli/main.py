@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from ..backends.registry import backend_choices, backend_names, local_backends
 from ..errors import ExpectedError
@@ -17,6 +18,19 @@ from .mix import add_mix_arguments, mix_lines, source_of_args
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 1 << 10, "mi": 1 << 20,
           "gi": 1 << 30, "ti": 1 << 40}
+
+
+@contextlib.contextmanager
+def _library_quiet(level: int, *, unless: bool) -> Iterator[None]:
+    """The library's "datapipe" logger at `level` for the block (not where `unless`, i.e. --verbose)."""
+    logger = logging.getLogger("datapipe")
+    before = logger.level
+    if not unless:
+        logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
 
 
 def parse_size(text: str) -> int:
@@ -240,15 +254,10 @@ def _run_bench(args: argparse.Namespace) -> int:
         pool_resources=args.pool_resources)
     if "ray" in options.backends:
         _join_ray_address()
-    quiet = logging.getLogger("datapipe")
-    level = quiet.level
-    if not args.verbose:  # no "backend (requested)" line per loader built: the progress bar is the only output
-        quiet.setLevel(logging.WARNING)
-    try:
+    # no "backend (requested)" line per loader built: the progress bar is the only output
+    with _library_quiet(logging.WARNING, unless=args.verbose):
         rows = run_bench(args.data, options, suites=tuple(s for s in args.suites.split(",") if s),
                          progress=sys.stderr.isatty())
-    finally:
-        quiet.setLevel(level)
     found = verdicts(rows)
     machine = machine_info()
     print(table(rows))
@@ -286,6 +295,22 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("data", nargs="+", help="packed dataset or image folder (train split; val split evaluated if "
                                            "present); several (NAME=PATH or a path) with --weights: their mix")
     add_mix_arguments(p)
+    _add_train_optimization(p)
+    _add_train_data(p)
+    _add_train_run(p)
+    _add_remote_options(p)
+    add_recipe_options(p)
+    p.add_argument("--out", required=True, help="folder for metrics.jsonl, last.pt, summary.json")
+    p.add_argument("--resume", metavar="LAST_PT",
+                   help="continue from a checkpoint (mid-epoch included) with its settings, but for those given again")
+    p.add_argument("--requeue", choices=["auto", "off"],
+                   help="SIGTERM, SIGUSR1, SIGINT: finish the step, write OUT/last.pt, exit 75. auto (default): on "
+                        "SIGUSR1 under Slurm (SLURM_JOB_ID set) also `scontrol requeue` the job; off: never")
+    p.set_defaults(run=_run_train)
+
+
+def _add_train_optimization(p: argparse.ArgumentParser) -> None:
+    """`datapipe train`'s model, optimizer and schedule."""
     p.add_argument("--model", metavar="NAME", help="resnet18|34|50|101, deit_tiny|small|base (or timm's names: "
                    "deit_small_patch16_224, vit_small_patch16_224, ...), timm/NAME or torchvision/NAME where that "
                    "package is installed; default: resnet50")
@@ -303,6 +328,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                         "cutmix, --smoothing) carries its own smoothing and is not smoothed again")
     p.add_argument("--model-ema", action="store_true", help="keep an EMA of the weights, saved and evaluated too")
     p.add_argument("--model-ema-decay", type=float, help="default: 0.9998")
+
+
+def _add_train_data(p: argparse.ArgumentParser) -> None:
+    """`datapipe train`'s image sizes and loader."""
     p.add_argument("--image-size", metavar="N|MIN:MAX",
                    help="train size: N px, or MIN:MAX, FFCV's ramp over the run (from 3/4 to 7/8 of --epochs, by "
                         "32 px); default: the recipe's (ffcv-rn50 160:192, rsb-a3 160, tv-v2 176, else 224)")
@@ -314,6 +343,16 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=backend_choices(),
                    help="default: auto; ray: a pool of Ray actors decodes (the Ray at RAY_ADDRESS, else a local one; "
                         "docs/pool.md)")
+    p.add_argument("--workers", type=int, help="loader workers per process (default: this rank's share of the CPUs)")
+    p.add_argument("--pool-workers", type=_pool_size, metavar="N|auto",
+                   help="backend ray: actors in each rank's pool, or auto (grows while training waits on data; "
+                        "default: --workers's value)")
+    p.add_argument("--pool-resources", type=_resources, metavar="NAME=N[,NAME=N]",
+                   help="backend ray: Ray resources each actor asks for, e.g. datapipe=1 (docs/clusters.md)")
+
+
+def _add_train_run(p: argparse.ArgumentParser) -> None:
+    """`datapipe train`'s precision, compilation, logging, checkpoints and stops."""
     p.add_argument("--amp", choices=["bf16", "fp16", "off"], help="default: bf16 where the GPU supports it, else off")
     p.add_argument("--accum-steps", type=int, help="gradient accumulation steps; default: 1")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
@@ -323,12 +362,6 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tensorboard", metavar="DIR",
                    help="TensorBoard scalars (rank 0) in DIR; default: OUT/tensorboard when tensorboard is installed; "
                         "'off': none")
-    p.add_argument("--workers", type=int, help="loader workers per process (default: this rank's share of the CPUs)")
-    p.add_argument("--pool-workers", type=_pool_size, metavar="N|auto",
-                   help="backend ray: actors in each rank's pool, or auto (grows while training waits on data; "
-                        "default: --workers's value)")
-    p.add_argument("--pool-resources", type=_resources, metavar="NAME=N[,NAME=N]",
-                   help="backend ray: Ray resources each actor asks for, e.g. datapipe=1 (docs/clusters.md)")
     p.add_argument("--seed", type=int, help="default: 0")
     p.add_argument("--log-every", type=int, help="steps between loss logs (the only host syncs); default: 50")
     p.add_argument("--save-every", type=int, help="also checkpoint every N steps (default: epoch ends)")
@@ -337,15 +370,6 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                    help="skip steps whose loss or gradients are inf/NaN and count them (default: stop with an error)")
     p.add_argument("--start-method", choices=["fork", "spawn", "forkserver"],
                    help="worker start method (default: fork; DALI on CUDA: spawn)")
-    _add_remote_options(p)
-    add_recipe_options(p)
-    p.add_argument("--out", required=True, help="folder for metrics.jsonl, last.pt, summary.json")
-    p.add_argument("--resume", metavar="LAST_PT",
-                   help="continue from a checkpoint (mid-epoch included) with its settings, but for those given again")
-    p.add_argument("--requeue", choices=["auto", "off"],
-                   help="SIGTERM, SIGUSR1, SIGINT: finish the step, write OUT/last.pt, exit 75. auto (default): on "
-                        "SIGUSR1 under Slurm (SLURM_JOB_ID set) also `scontrol requeue` the job; off: never")
-    p.set_defaults(run=_run_train)
 
 
 def _run_train(args: argparse.Namespace) -> int:
@@ -384,14 +408,8 @@ def _run_preview(args: argparse.Namespace) -> int:
     options = PreviewOptions(recipe=train_recipe(args, {}) or "default", records=args.records, epochs=args.epochs,
                              backends=tuple(b for b in args.backends.split(",") if b), image_size=args.image_size,
                              seed=args.seed, split=args.split)
-    quiet = logging.getLogger("datapipe")
-    level = quiet.level
-    if not args.verbose:  # the loaders' own lines (backend chosen, bad records) become the notes below
-        quiet.setLevel(logging.ERROR)
-    try:
+    with _library_quiet(logging.ERROR, unless=args.verbose):  # the loaders' own lines become the notes below
         shown = preview(source_of_args(args.data, args.weights, args.epoch_size, split=args.split), options)
-    finally:
-        quiet.setLevel(level)
     for note in shown.notes:
         print(f"note: {note}")
     path = shown.save(args.out)

@@ -28,7 +28,8 @@ class MixLocation:
         return any(p.remote for p in self.parts)
 
     def describe(self, name: str = "") -> str:
-        return " + ".join(p.describe() for p in self.parts)
+        """Each source's location (of `name` in each, where one is given), joined: a mix has no one folder."""
+        return " + ".join(p.describe(name) for p in self.parts)
 
 
 class MixDataset(Dataset):

@@ -161,7 +161,7 @@ class ShardStream(SourceStream):
         return out, cycle
 
     def shards(self, draws: np.ndarray) -> np.ndarray:
-        """The shard each draw reads (tests and cache sizing)."""
+        """The shard each draw reads (the tests check a stream's draws stay within its window with it)."""
         records, _ = self.records(draws)
         first = np.r_[0, np.cumsum(self.shard_sizes)]
         return np.searchsorted(first, records, side="right") - 1

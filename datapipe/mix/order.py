@@ -150,13 +150,20 @@ class MixOrder(EpochOrder):
         return out
 
     def decode(self, value: Any) -> int:
+        """The position `encode` gave, without its draws (pure: `adopt` takes them)."""
+        if isinstance(value, dict):
+            value = value["samples"]
+        return min(int(value), self.size)
+
+    def adopt(self, value: Any) -> int:
+        """The position `encode` gave, its draws and the epoch's counts taken into this order's state (a
+        DALI source worker's order learns them so: the main process's mix is not asked again)."""
         if isinstance(value, dict):
             since = value.get("since")
             self.state.since = None if since is None else (int(since[0]), tuple(int(d) for d in since[1]))
             if "epoch" in value:
                 self.state.carried = {int(value["epoch"]): (tuple(value["counts"]), tuple(value["before"]))}
-            value = value["samples"]
-        return min(int(value), self.size)
+        return self.decode(value)
 
     def _mine(self, epoch: int, *, counted: bool = True) -> dict[str, Any]:
         """What a mid-epoch position depends on beside the samples done: the sources, the epoch's counts

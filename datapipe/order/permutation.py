@@ -30,7 +30,7 @@ MIX1, MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # spl
 S30, S27, S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 
-def mix64(value: int) -> int:
+def hash64(value: int) -> int:
     """splitmix64's finalizer on one 64-bit value: every output bit depends on every input bit."""
     z = value & MASK64
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
@@ -45,11 +45,11 @@ def derive_key(*parts: int) -> int:
     for part in parts:
         part = int(part)
         while True:
-            h = mix64(h + GAMMA + (part & MASK64))
+            h = hash64(h + GAMMA + (part & MASK64))
             part >>= 64
             if part in (0, -1):
                 break
-    return mix64(h + len(parts))
+    return hash64(h + len(parts))
 
 
 def _round(half: np.ndarray, key: np.uint64) -> np.ndarray:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..checks import integer
 from .permutation import Batches, Permutation, derive_key
-from .shardwise import MixedPiece, RankStream, Rest, ShardwisePermutation
+from .shardwise import InterleavedPiece, RankStream, Rest, ShardwisePermutation
 
 log = logging.getLogger(__name__)
 ORDER = "feistel-1"  # the epoch order's version, saved with every position: a mid-epoch resume needs the same order
@@ -153,6 +153,11 @@ class EpochOrder:
     def decode(self, value: Any) -> int:
         return min(int(value), self.size)
 
+    def adopt(self, value: Any) -> int:
+        """decode, where another process (a DALI source worker) takes up the position; a mix's order also
+        takes the draws it carries (MixOrder.adopt)."""
+        return self.decode(value)
+
     keys_are_records = property(lambda self: self.repeats == 1)  # else a key may stand for a record's copy
 
     def save(self, offset: int, epoch: int = 0) -> dict[str, Any]:
@@ -231,7 +236,7 @@ class ShardOrder:
     ends) instead of every shard, and a node downloads only what its ranks read.
 
     Mixing (when shuffling): a rank's piece is read in blocks of `mix_shards` consecutive shards, each
-    block interleaved (order.shardwise.MixedPiece), so a batch draws about equally from the block's shards instead of
+    block interleaved (order.shardwise.InterleavedPiece), so a batch draws about equally from the block's shards instead of
     one or two: a dataset written class by class then gives batches about as balanced as a random
     permutation (tests/test_shard_mixing.py). Like Streaming's block shuffles (py1b, py1e) and
     webdataset's shuffle buffer over several open shards, memory stays bounded: a block's shards are
@@ -319,6 +324,10 @@ class ShardOrder:
     def decode(self, value: Any) -> tuple[Segment, ...]:
         return tuple((int(w), int(c)) for w, c in value)
 
+    def adopt(self, value: Any) -> tuple[Segment, ...]:
+        """decode, where another process (a DALI source worker) takes up the position."""
+        return self.decode(value)
+
     keys_are_records = True
 
     def save(self, position: tuple[Segment, ...], epoch: int = 0) -> dict[str, Any]:
@@ -366,14 +375,14 @@ class ShardOrder:
         rest = Rest([range(order.size)])
         for k, (world, used) in enumerate(segments):
             piece = self._piece(len(rest), world)
-            parts = [part for r in range(world) for part in MixedPiece(
+            parts = [part for r in range(world) for part in InterleavedPiece(
                 rest.slice(r * piece, (r + 1) * piece), order, self.mix_shards,
                 self._mixing(epoch, k, world, r)).unread(used)]
             rest = Rest(parts + (rest.slice(world * piece, len(rest)).parts if self.drop_last else []))
         world, rank = self.shard.world_size, self.shard.rank
         piece = self._piece(len(rest), world)
         real = max(0, min(piece, len(rest) - rank * piece))
-        mixed = MixedPiece(rest.slice(rank * piece, rank * piece + real), order, self.mix_shards,
+        mixed = InterleavedPiece(rest.slice(rank * piece, rank * piece + real), order, self.mix_shards,
                            self._mixing(epoch, len(segments), world, rank))
         padding = (np.arange(rank * piece + real, (rank + 1) * piece) - len(rest)) % order.size  # the order's start
         count = self.num_batches(position) * self.batch_size if self.drop_last else max(0, piece - consumed)

@@ -92,7 +92,7 @@ class Rest:
         return start[new], slot[new]
 
 
-class MixedPiece:
+class InterleavedPiece:
     """A rank's piece of the rest (real samples) in reading order, one block at a time: blocks of at
     most `mix` consecutive runs, as few and as even as can be (no small last block), each interleaved:
     sample j of a run of n goes to (j + u) / n of the way through its block (u uniform, keyed by
@@ -166,7 +166,7 @@ class RankStream:
     (positions from the start of the epoch's order), `count` in all; batch n's records and its
     read-ahead hint (sharding.ShardOrder.shards_ahead), each computed when asked for."""
 
-    def __init__(self, order: ShardwisePermutation, piece: MixedPiece, padding: np.ndarray, *, consumed: int,
+    def __init__(self, order: ShardwisePermutation, piece: InterleavedPiece, padding: np.ndarray, *, consumed: int,
                  count: int, batch_size: int, lead: int) -> None:
         self.order, self.piece, self.padding = order, piece, padding
         self.consumed, self.count, self.batch_size, self.lead = consumed, count, batch_size, lead

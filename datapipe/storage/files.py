@@ -9,11 +9,6 @@ MAX_OPEN = 64
 MAX_OPEN_CACHED = 2  # a remote dataset's reader pins the shard it reads and its neighbour, no more
 
 
-def open_listed(paths: list[str], number: int) -> int:
-    """A read-only descriptor of `paths[number]` (an opener for local shard files)."""
-    return os.open(paths[number], os.O_RDONLY)
-
-
 class ShardFiles:
     """`pread(number, length, offset)` on shard `number`, opening it on first use and closing the least
     recently used one past `max_open`. `opener(number)` gives a read-only descriptor (for a remote

@@ -177,7 +177,7 @@ class PlannedSource:
     def _batches(self, epoch: int, dali_epoch: int) -> Sequence[np.ndarray]:
         """The order's batches for this DALI epoch (each computed when asked for), kept for its next calls."""
         if self._cached is None or self._cached[0] != (epoch, dali_epoch):
-            position = self.order.decode(self.table.position(dali_epoch))
+            position = self.order.adopt(self.table.position(dali_epoch))
             batches = self.order.batches(epoch, position)
             remote = self.dataset.location.remote and isinstance(self.order, ShardOrder)
             self._ahead = self.order.shards_ahead(batches, READ_AHEAD_SHARDS) if remote else None
