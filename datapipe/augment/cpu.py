@@ -11,10 +11,10 @@ from .ops import kind_of
 
 def apply_plan(image: Image, plan, *, fill: tuple[int, int, int] = (0, 0, 0)) -> Image:
     """`image` with a SamplePlan's pixel ops applied: its flat ops, AugMix's chains among them."""
-    if plan.mix is None:
+    if plan.augmix is None:
         return apply_ops(image, plan.ops, fill=fill)
-    image = apply_ops(image, plan.ops[:plan.mix_at], fill=fill)
-    return apply_ops(augmix(image, plan.mix, fill), plan.ops[plan.mix_at:], fill=fill)
+    image = apply_ops(image, plan.ops[:plan.augmix_at], fill=fill)
+    return apply_ops(augmix(image, plan.augmix, fill), plan.ops[plan.augmix_at:], fill=fill)
 
 
 def apply_ops(image: Image, ops, *, fill: tuple[int, int, int] = (0, 0, 0)) -> Image:

@@ -5,7 +5,7 @@ The source sends each sample's placed ops (slots.placed_ops, as slots.ops_row: k
 slot) and, per slot, the 2 x 3 affine matrix of a geometric op (`slot_matrices`, computed in Python,
 identity otherwise); with AugMix, its chains placed the same way, their weights and blend factor. The
 graph has one sequence of slots (AugMix's chains x depth slots and their weighted mix after the first
-bounds.mix_at of them); in each slot, a DALI conditional (a binary split on the kind id, as DALI's own
+bounds.augmix_at of them); in each slot, a DALI conditional (a binary split on the kind id, as DALI's own
 auto_aug `select`) routes every sample to its kind's kernel. Only the kinds and slots a recipe can
 produce are built (slots.op_bounds): the default recipe builds none. Conditionals need
 `@pipeline_def(enable_conditionals=True)`.
@@ -65,16 +65,16 @@ class Context:
 def apply_ops(images, row, matrices, layout: OpBounds, context: Context, mix=None):
     """`images` (HWC uint8) with each sample's ops applied in slot order: `row` is the sample's placed
     ops (slots.ops_row), `matrices` their slot_matrices; `mix` (AugMix's chain row, chain matrices,
-    weights and blend factor) runs after the first layout.mix_at slots. Out: FLOAT images of whole
+    weights and blend factor) runs after the first layout.augmix_at slots. Out: FLOAT images of whole
     levels 0..255, each op's result rounded as PIL stores it. The ops run on floats, converted once:
     DALI's CPU conversion from float to uint8 costs more than most ops (measured ~1.8 ms per 224 px image)."""
     fn, _, types = modules()
     images = fn.cast(images, dtype=types.FLOAT)
     for slot in range(layout.slots):
-        if slot == layout.mix_at and layout.chains:
+        if slot == layout.augmix_at and layout.chains:
             images = augmix(images, *mix, layout, context)
         images = _slot(layout, images, row, matrices, slot, context)
-    if layout.chains and layout.mix_at == layout.slots:
+    if layout.chains and layout.augmix_at == layout.slots:
         images = augmix(images, *mix, layout, context)
     return images
 

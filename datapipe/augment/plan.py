@@ -44,8 +44,8 @@ class SamplePlan:
     crop_pct: float
     ops: tuple[Op, ...] = ()
     transform_seed: int = 0
-    mix: "Mix | None" = None  # AugMix: applied after ops[:mix_at], before the rest
-    mix_at: int = 0
+    augmix: "AugMixPlan | None" = None  # AugMix: applied after ops[:augmix_at], before the rest
+    augmix_at: int = 0
 
 
 def plan_sample(recipe: Recipe | None, seed: int, epoch: int, key: int, size: int, width: int, height: int,
@@ -63,12 +63,12 @@ def plan_sample(recipe: Recipe | None, seed: int, epoch: int, key: int, size: in
         interpolation = recipe.interpolation
         if interpolation == "random":  # timm's RandomResizedCropAndInterpolation: bilinear or bicubic
             interpolation = ("bilinear", "bicubic")[rng.random() < 0.5]
-    ops, mix, mix_at = _ops(recipe, size, rng)
-    return SamplePlan(size, crop, interpolation, crop_pct, ops, rng.getrandbits(63), mix, mix_at)
+    ops, mix, augmix_at = _ops(recipe, size, rng)
+    return SamplePlan(size, crop, interpolation, crop_pct, ops, rng.getrandbits(63), mix, augmix_at)
 
 
 @dataclass(frozen=True)
-class Mix:
+class AugMixPlan:
     """AugMix (timm's AugMixAugment, plain mode): each chain's ops applied to the image, the results
     summed by `weights` (float32) in float32, clipped and truncated to uint8, then blended with the
     image by `m` (PIL's Image.blend)."""
@@ -110,21 +110,21 @@ def random_resized_crop(width: int, height: int, rng: random.Random, scale: tupl
     return Crop((width - w) // 2, (height - h) // 2, w, h, rng.random() < hflip)
 
 
-def _ops(recipe: Recipe | None, size: int, rng: random.Random) -> tuple[tuple[Op, ...], Mix | None, int]:
+def _ops(recipe: Recipe | None, size: int, rng: random.Random) -> tuple[tuple[Op, ...], AugMixPlan | None, int]:
     """The pixel ops after the view, drawn right after its draws, stage by stage (STAGES); AugMix's
     chains and how many ops come before them."""
     if recipe is None:
         return (), None, 0
     ops: list[Op] = []
-    mix, mix_at = None, 0
+    mix, augmix_at = None, 0
     for stage in STAGES:
         if stage.used(recipe):
             drawn = stage.draw(recipe, size, rng)
-            if isinstance(drawn, Mix):
-                mix, mix_at = drawn, len(ops)
+            if isinstance(drawn, AugMixPlan):
+                mix, augmix_at = drawn, len(ops)
             else:
                 ops.extend(drawn)
-    return tuple(ops), mix, mix_at if mix else len(ops)
+    return tuple(ops), mix, augmix_at if mix else len(ops)
 
 
 Kinds = frozenset[str]
@@ -133,13 +133,13 @@ Kinds = frozenset[str]
 @dataclass(frozen=True)
 class Stage:
     """One stage of a record's pixel ops, in draw order: whether a recipe uses it, its draws (ops, or
-    AugMix's Mix), and what it can hold (the most ops and their kinds; for AugMix the chains, their
+    an AugMixPlan), and what it can hold (the most ops and their kinds; for AugMix the chains, their
     depth and kinds): what augment/slots.py builds the DALI graph from, beside the draws."""
 
     used: Callable[[Recipe], bool]
-    draw: Callable[[Recipe, int, random.Random], "list[Op] | Mix"]
+    draw: Callable[[Recipe, int, random.Random], "list[Op] | AugMixPlan"]
     bounds: Callable[[Recipe], tuple]
-    mix: bool = False
+    augmix: bool = False
 
 
 def _flip_draw(kind: str, prob: Callable[[Recipe], float]) -> Callable[[Recipe, int, random.Random], list[Op]]:
@@ -153,7 +153,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(lambda r: r.augment is not None and r.augment.policy == "augmix",
           lambda r, size, rng: _augmix(r.augment, size, rng),
           lambda r: (r.augment.width, r.augment.depth or 3, frozenset(TIMM_OPS[name].kind for name in AUGMIX_OPS)),
-          mix=True),
+          augmix=True),
     Stage(lambda r: r.jitter is not None, lambda r, size, rng: _jitter(r.jitter, rng),
           lambda r: (sum(s > 0 for s in r.jitter), frozenset(k for k, s in zip(JITTER_KINDS, r.jitter) if s > 0))),
     Stage(lambda r: r.grayscale_prob > 0, _flip_draw("grayscale", lambda r: r.grayscale_prob),
@@ -172,7 +172,7 @@ def _auto_augment_bounds(augment: AutoAugment) -> tuple[int, Kinds]:
     return max(len(sub) for sub in policy), frozenset(TIMM_OPS[name].kind for sub in policy for name, *_ in sub)
 
 
-def _augmix(augment: AutoAugment, size: int, rng: random.Random) -> Mix:
+def _augmix(augment: AutoAugment, size: int, rng: random.Random) -> AugMixPlan:
     """timm's AugMixAugment draws: Dirichlet chain weights and a Beta blend (float32, as timm casts
     them), then per chain its depth (1 to 3 at random unless given) and its ops, with replacement
     from AUGMIX_OPS, each applied (prob 1) at a magnitude uniform in 0..m (timm's AugMix default)."""
@@ -187,7 +187,7 @@ def _augmix(augment: AutoAugment, size: int, rng: random.Random) -> Mix:
         names = [AUGMIX_OPS[rng.randrange(len(AUGMIX_OPS))] for _ in range(depth)]
         drawn = [_timm_op(name, 1.0, augment.magnitude, augment, hparams, rng) for name in names]
         chains.append(tuple(op for op in drawn if op is not None and op[0] != KIND_ID["identity"]))
-    return Mix(tuple(chains), weights, m)
+    return AugMixPlan(tuple(chains), weights, m)
 
 
 def _float32(value: float) -> float:

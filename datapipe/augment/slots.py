@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .ops import KIND_ID
-from .plan import STAGES, Mix, Op, SamplePlan
+from .plan import STAGES, AugMixPlan, Op, SamplePlan
 from .recipe import Recipe
 
 MAX_OPS = 8  # flat op slots of a row: vflip + up to 4 auto-augment ops or 4 jitter factors + grayscale
@@ -15,13 +15,13 @@ IDENTITY_OP: Op = (KIND_ID["identity"], 0.0)
 
 @dataclass(frozen=True)
 class OpBounds:
-    """What a recipe's plans can hold: `slots` flat ops at most, the first `mix_at` of them before
+    """What a recipe's plans can hold: `slots` flat ops at most, the first `augmix_at` of them before
     AugMix's `chains` chains of up to `depth` ops each (none: no AugMix), of `kinds` (names in id
     order, identity first). What the DALI graph builds (augment.dali)."""
 
     slots: int
     kinds: tuple[str, ...]
-    mix_at: int = 0
+    augmix_at: int = 0
     chains: int = 0
     depth: int = 0
 
@@ -41,7 +41,7 @@ def op_bounds(recipe: Recipe | None) -> OpBounds:
     for stage in STAGES:
         if not stage.used(recipe):
             continue
-        if stage.mix:
+        if stage.augmix:
             chains, depth, drawn = stage.bounds(recipe)
         else:
             count, drawn = stage.bounds(recipe)
@@ -53,28 +53,28 @@ def op_bounds(recipe: Recipe | None) -> OpBounds:
 def merged_bounds(bounds: list[OpBounds]) -> OpBounds:
     """One graph for several recipes' plans (a mix's sources' own recipes): the most slots, every kind.
     AugMix's chain slots sit at a fixed place, so recipes with AugMix must agree on it: else a ValueError."""
-    mixes = {(b.mix_at, b.chains, b.depth) for b in bounds if b.chains}
+    mixes = {(b.augmix_at, b.chains, b.depth) for b in bounds if b.chains}
     if len(mixes) > 1 or (mixes and any(not b.chains and b.slots for b in bounds)):
         raise ValueError("the DALI backend builds one op graph for all of a mix's recipes, and these place AugMix "
                          "differently (or beside a recipe without it): give the sources the same AugMix recipe, or "
                          "use backend='threads' or 'dataloader'")
-    mix_at, chains, depth = mixes.pop() if mixes else (0, 0, 0)
+    augmix_at, chains, depth = mixes.pop() if mixes else (0, 0, 0)
     kinds = sorted({k for b in bounds for k in b.kinds}, key=KIND_ID.__getitem__)
-    return OpBounds(max(b.slots for b in bounds), tuple(kinds), mix_at, chains, depth)
+    return OpBounds(max(b.slots for b in bounds), tuple(kinds), augmix_at, chains, depth)
 
 
 def placed_ops(plan: SamplePlan, bounds: OpBounds) -> list[Op]:
     """The plan's flat ops at their slots (MAX_OPS of them, identity elsewhere): those before AugMix
-    from slot 0, those after it from slot bounds.mix_at."""
+    from slot 0, those after it from slot bounds.augmix_at."""
     placed = [IDENTITY_OP] * MAX_OPS
-    before = plan.ops[:plan.mix_at] if plan.mix is not None else plan.ops
-    after = plan.ops[plan.mix_at:] if plan.mix is not None else ()
-    for slot, op in [*enumerate(before), *enumerate(after, bounds.mix_at)]:
+    before = plan.ops[:plan.augmix_at] if plan.augmix is not None else plan.ops
+    after = plan.ops[plan.augmix_at:] if plan.augmix is not None else ()
+    for slot, op in [*enumerate(before), *enumerate(after, bounds.augmix_at)]:
         placed[slot] = op
     return placed
 
 
-def placed_chains(mix: Mix, bounds: OpBounds) -> list[Op]:
+def placed_chains(mix: AugMixPlan, bounds: OpBounds) -> list[Op]:
     """AugMix's chains at their slots: chain c's ops from slot c * depth, identity-padded."""
     placed = [IDENTITY_OP] * (bounds.chains * bounds.depth)
     for c, chain in enumerate(mix.chains):

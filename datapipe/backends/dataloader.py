@@ -68,7 +68,7 @@ class DecodedRecords(torch.utils.data.Dataset):
     def _augment(self, pixels: torch.Tensor, plan: SamplePlan, recipe: Recipe) -> torch.Tensor:
         """The planned ops and the user's transform: outside the bad-record policy, so an error here
         (a bug, not bad data) is raised, never served around."""
-        if plan.ops or plan.mix:
+        if plan.ops or plan.augmix:
             pixels = apply_plan(pixels, plan, fill=self.fill if recipe is self.recipe else fill_color(recipe))
         if self.transform is not None:
             pixels = apply_transform(self.transform, pixels, plan.transform_seed)

@@ -174,17 +174,17 @@ def test_augmix_draws_as_timms_augmix_m5_w4_d2():
     from datapipe.augment.policies import AUGMIX_OPS
 
     plans = [plan_sample(Recipe(auto_augment="augmix-m5-w4-d2"), 0, 0, i, 100, 120, 90) for i in range(3000)]
-    assert all(p.mix is not None and len(p.mix.chains) == 4 and len(p.mix.weights) == 4 for p in plans)
-    assert all(abs(sum(p.mix.weights) - 1) < 1e-6 and np.float32(p.mix.m) == p.mix.m for p in plans)
-    first = np.array([p.mix.weights[0] for p in plans])
+    assert all(p.augmix is not None and len(p.augmix.chains) == 4 and len(p.augmix.weights) == 4 for p in plans)
+    assert all(abs(sum(p.augmix.weights) - 1) < 1e-6 and np.float32(p.augmix.m) == p.augmix.m for p in plans)
+    first = np.array([p.augmix.weights[0] for p in plans])
     assert first.mean() == pytest.approx(0.25, abs=0.01) and first.var() == pytest.approx(3 / 80, rel=0.1)  # Dir(1)
-    assert np.mean([p.mix.m for p in plans]) == pytest.approx(0.5, abs=0.02)
-    kinds = Counter(KINDS[int(k)] for p in plans for chain in p.mix.chains for k, _ in chain)
+    assert np.mean([p.augmix.m for p in plans]) == pytest.approx(0.5, abs=0.02)
+    kinds = Counter(KINDS[int(k)] for p in plans for chain in p.augmix.chains for k, _ in chain)
     assert set(kinds) == {TIMM_OPS[name].kind for name in AUGMIX_OPS}
-    shifts = [abs(v) for p in plans for chain in p.mix.chains for k, v in chain if KINDS[int(k)] == "translate_x"]
+    shifts = [abs(v) for p in plans for chain in p.augmix.chains for k, v in chain if KINDS[int(k)] == "translate_x"]
     assert max(shifts) <= 5 / 10 * 0.3 * 100 and max(shifts) > 0.9 * 15  # uniform in 0..m, translate_pct 0.3
     depths = Counter(len(chain) for p in [plan_sample(Recipe(auto_augment="augmix"), 0, 0, i, 100, 120, 90)
-                                          for i in range(900)] for chain in p.mix.chains)
+                                          for i in range(900)] for chain in p.augmix.chains)
     assert set(depths) == {1, 2, 3} and min(depths.values()) > 800  # 1 to 3 uniformly (no identity in the list)
 
 

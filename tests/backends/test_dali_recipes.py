@@ -45,10 +45,10 @@ def test_the_op_bounds_holds_every_kind_and_count_the_planner_draws(name):
     drawn, most, deepest = set(), 0, 0
     for seed in range(3000):
         plan = plan_sample(recipe, seed, 0, 0, 64, 64, 64)
-        chains = plan.mix.chains if plan.mix else ()
+        chains = plan.augmix.chains if plan.augmix else ()
         drawn |= {KINDS[kind] for kind, _ in plan.ops + sum(chains, ())}
         most, deepest = max(most, len(plan.ops)), max([deepest, *map(len, chains)])
-        assert len(chains) == layout.chains and plan.mix_at <= layout.mix_at
+        assert len(chains) == layout.chains and plan.augmix_at <= layout.augmix_at
     assert drawn <= set(layout.kinds) and most <= layout.slots and deepest <= layout.depth
     assert set(layout.kinds) - {"identity"} == drawn
     if name in ("default", "ffcv-rn50"):
@@ -84,13 +84,13 @@ def test_the_source_sends_the_planners_rows(packed_lmdb, tmp_path, name):
                     placed = placed_ops(expected, source.bounds)
                     assert list(columns["ops"][k]) == [np.float32(v) for v in ops_row(placed)]
                     assert np.array_equal(columns["matrices"][k], slot_matrices(placed, size))
-                    if expected.mix is not None:
-                        chains = placed_chains(expected.mix, source.bounds)
+                    if expected.augmix is not None:
+                        chains = placed_chains(expected.augmix, source.bounds)
                         assert list(columns["mix_ops"][k]) == [np.float32(v) for v in ops_row(chains)]
                         assert np.array_equal(columns["mix_matrices"][k], slot_matrices(chains, size))
-                        assert list(columns["mix_weights"][k]) == list(expected.mix.weights)
-                        assert columns["mix_m"][k] == expected.mix.m
-                    sent_ops += len(expected.ops) + (sum(map(len, expected.mix.chains)) if expected.mix else 0)
+                        assert list(columns["mix_weights"][k]) == list(expected.augmix.weights)
+                        assert columns["mix_m"][k] == expected.augmix.m
+                    sent_ops += len(expected.ops) + (sum(map(len, expected.augmix.chains)) if expected.augmix else 0)
                 else:
                     assert expected.ops == ()
     assert sent_ops > 0 or not op_bounds(recipe).applies

@@ -151,9 +151,9 @@ def op_columns(plan: SamplePlan, bounds: OpBounds) -> dict[str, Any]:
     placed = placed_ops(plan, bounds)
     columns = {"ops": ops_row(placed), "matrices": slot_matrices(placed, plan.size)}
     if bounds.chains:
-        chains = placed_chains(plan.mix, bounds)
+        chains = placed_chains(plan.augmix, bounds)
         columns.update(mix_ops=ops_row(chains), mix_matrices=slot_matrices(chains, plan.size),
-                       mix_weights=plan.mix.weights, mix_m=plan.mix.m)
+                       mix_weights=plan.augmix.weights, mix_m=plan.augmix.m)
     return columns
 
 
