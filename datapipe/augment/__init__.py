@@ -1,5 +1,6 @@
 """Training recipes: declared once (Recipe, the presets), planned per record in one place (plan),
-applied by every backend (cpu.py; the DALI graph), mixed on the output device (batch.py)."""
+applied by every backend (cpu.py; the DALI graph), mixed on the output device (batch.py).
+May import image and the leaves (errors, checks)."""
 from __future__ import annotations
 
 from .batch_plan import plan_erase

@@ -1,4 +1,5 @@
-"""`datapipe bench`: which format and backend to use on this machine, with figures, verdicts and a plot."""
+"""`datapipe bench`: which format and backend to use on this machine, with figures, verdicts and a plot.
+May import backends and every room below it; not train, doctor or cli."""
 from __future__ import annotations
 
 import logging

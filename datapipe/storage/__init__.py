@@ -1,4 +1,5 @@
 """Where bytes live: a local folder or a URL (s3://, gs://, az://, http(s)://) behind one interface.
+May import only the leaves (errors, names).
 
 Formats read through a `Location`, never through a path directly, so they need not know whether a
 file is on a disk or in a store: a remote file is read whole (`read_bytes`) or fetched into the shard
