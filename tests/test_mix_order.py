@@ -204,7 +204,7 @@ def test_the_position_sent_to_dali_workers_carries_the_resumed_draws():
     o = order(mix)
     o.restore({"epoch": 2, **order(make_mix(B)).save(0, 2)})  # draws carried from a run on B
     worker = order(mix)  # the copy a worker made before the restore
-    assert worker.decode(o.encode(4)) == 4
+    assert worker.adopt(o.encode(4)) == 4
     assert list(worker.rank_indices(2)) == list(o.rank_indices(2))
     assert list(o.rank_indices(2)) != epoch_keys(mix, 2)
 

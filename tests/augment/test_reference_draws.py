@@ -157,7 +157,7 @@ def test_augmix_mixes_as_timms_apply_basic():
     tensor = torch.from_numpy(image).permute(2, 0, 1).contiguous()
     recipe = Recipe(auto_augment="augmix-m5-w3")
     for key in range(40):
-        mix = plan_sample(recipe, 0, 0, key, 48, 60, 50).mix
+        mix = plan_sample(recipe, 0, 0, key, 48, 60, 50).augmix
         chains = [apply_ops(tensor, chain, fill=(124, 116, 104)).permute(1, 2, 0).numpy() for chain in mix.chains]
         expected = timm_augmix_mix(image, chains, mix.weights, mix.m)
         assert np.array_equal(augmix(tensor, mix, (124, 116, 104)).permute(1, 2, 0).numpy(), expected), key
@@ -194,5 +194,5 @@ def test_augmix_small_alphas_are_refused_or_drawn_without_a_zero_division():
     with pytest.raises(ValueError, match="a must be"):
         Recipe(auto_augment="augmix-w1-a0.001")
     for key in range(2000):
-        mix = plan_sample(Recipe(auto_augment="augmix-w2-a0.05"), 0, 0, key, 32, 40, 30).mix
+        mix = plan_sample(Recipe(auto_augment="augmix-w2-a0.05"), 0, 0, key, 32, 40, 30).augmix
         assert abs(sum(mix.weights) - 1) < 1e-6 or sum(mix.weights) == 0
