@@ -1,4 +1,4 @@
-"""States saved before the house moved (fixtures/states/, written by the code at a97eded, before #49's
+"""States saved before the house moved (tests/saved_states/, written by the code at a97eded, before #49's
 package layout) load and resume unchanged: a single dataset's loader state mid-epoch, a Mix's, and a
 `datapipe train` checkpoint over the packed fixture.
 
@@ -21,7 +21,7 @@ from datapipe import Mix, make_loader
 from datapipe.cli.main import main
 from datapipe.train.checkpoint import load
 
-STATES = Path(__file__).resolve().parents[1] / "fixtures" / "states"
+STATES = Path(__file__).resolve().parent / "saved_states"
 SMALL = dict(batch_size=5, image_size=32, num_workers=1)
 
 
