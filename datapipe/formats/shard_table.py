@@ -24,6 +24,7 @@ manifest entry and location. Datasets written before (version 1 and 2, the shard
 from __future__ import annotations
 
 import abc
+import errno
 import hashlib
 import mmap
 import os
@@ -194,7 +195,9 @@ class _Held:
         if self.fences[0] != 0 or self.fences[-1] != records or np.any(np.diff(self.fences) < 0):
             raise table.damaged("its block starts are not in record order")
 
-    def _map(self) -> mmap.mmap:
+    def _map(self) -> mmap.mmap | None:
+        """The local table mapped, once its size is the manifest's; None where the process's address space
+        cannot take it (ulimit -v): it is then read by pread, in chunks, as from a store."""
         table = self.table
         path = str(table.location.file(table.name))
         fd = open_regular(path, what="shard table", fix="re-convert the dataset")
@@ -203,18 +206,22 @@ class _Held:
             if size != table.layout.size:
                 raise table.damaged(f"it is {size:,} bytes, the manifest says {table.layout.size:,}")
             return mmap.mmap(fd, size, access=mmap.ACCESS_READ)  # the map holds the file, not the descriptor
+        except OSError as exc:
+            if exc.errno != errno.ENOMEM:
+                raise
+            return None
         finally:
             os.close(fd)
 
     def _head(self) -> memoryview | bytearray:
-        """The head, once its sha256 is the manifest's. From a store, in reads of at most READ_CHUNK;
+        """The head, once its sha256 is the manifest's. Unmapped, in reads of at most READ_CHUNK;
         a head longer than one is read only from an object of the size the shard count implies (asked
         first): a crafted count costs one request, not the head it claims."""
         table, length = self.table, self.table.layout.head
         if self.map is not None:
             head: memoryview | bytearray = self.read(0, length)
         else:
-            if length > READ_CHUNK:
+            if table.location.remote and length > READ_CHUNK:  # a local one's size was checked at _map
                 size = table.location.store.size(table.location.checked(table.name))
                 if size != table.layout.size:
                     raise table.damaged(f"the manifest claims {table.count:,} shards, a table of {table.layout.size:,} "
