@@ -20,7 +20,8 @@ from ..inspect import counted
 
 log = logging.getLogger("datapipe.train")
 AUTO, OFF = "auto", "off"
-EPOCH_SCALARS = ("train_loss", "train_acc", "val_acc", "ema_val_acc", "images_per_s", "data_wait_pct", "lr")
+EPOCH_SCALARS = ("train_loss", "train_acc", "val_acc", "ema_val_acc", "images_per_s", "data_wait_pct", "lr",
+                 "pool_workers")
 HPARAM_METRICS = ("epoch/train_loss", "epoch/train_acc", "epoch/val_acc", "epoch/ema_val_acc")
 INTERVAL, EPOCH, HPARAMS = "train/", "epoch/", "_hparams_/"  # tag prefixes
 RECORD = struct.Struct("<QI")  # a TFRecord: length, its masked crc32c, the bytes, their masked crc32c
