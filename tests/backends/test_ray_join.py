@@ -62,6 +62,7 @@ def test_train_bench_and_convert_refuse_a_port_where_nothing_listens_in_one_line
     line = one_error_line(datapipe("convert", str(src), str(tmp_path / "c.wds"), "--engine", "ray", "--ray-address",
                                    address, env=clean_env(tmp_path)), "convert")
     assert address in line and "nothing answers there" in line
+    assert not (tmp_path / "c.wds.partial").exists()  # was left empty: the next run asked for --resume or --overwrite
 
 
 def test_a_name_that_does_not_resolve_is_one_line(packed_lmdb, tmp_path):
