@@ -103,6 +103,18 @@ def test_an_address_that_is_not_one_is_named():
         assert "\x1b" not in str(err.value)
 
 
+@pytest.mark.parametrize("address", ["admin:s3cr3t/Pw@127.0.0.1:1", "ray://admin:s3cr3t/Pw@127.0.0.1:1"])
+def test_an_address_with_a_password_is_refused_without_showing_it(address):
+    """doctor --ray printed "the name admin:PW@127.0.0.1 does not resolve": the password, and a wrong cause."""
+    from datapipe.doctor_cluster import ray_checks
+
+    with pytest.raises(RayUnreachable, match="carries a user or password") as err:
+        join(ray, address, timeout_s=1.0)
+    [check] = ray_checks(address)
+    for text in (str(err.value), str(check.value)):
+        assert "s3cr3t" not in text and "Pw" not in text and "127.0.0.1:1" in text
+
+
 HEAD = """
 import sys, ray
 from datapipe.ray_setup import loopback_only
