@@ -41,6 +41,7 @@ from ..dataset_files import open_regular
 from ..errors import OwnLineError
 from ..records import SplitInfo
 from ..storage import Location, StoreError
+from ..storage.verify import refuse_differing_files
 from .tar import END_OF_ARCHIVE
 
 MAGIC, TABLE_VERSION, BLOCK_ROWS = b"DPSHARDS", 1, 1024
@@ -115,12 +116,15 @@ def table_file(split: str, shards: list[dict[str, Any]]) -> tuple[str, bytes, di
 
 class ShardList(abc.ABC):
     """A split's shards in record order: `len`, `[k]` (its entry: name, samples, bytes, sha256),
-    the record index each starts at, the shard holding a record, samples per shard, size totals."""
+    the record index each starts at, the shard holding a record, samples per shard, size totals;
+    `location` holds the shard files, `source` names what gives their entries."""
 
     count: int
     records: int
     total_bytes: int
     largest: int
+    location: Location | None = None
+    source = "the manifest"
 
     @abc.abstractmethod
     def first(self, number: int) -> int:
@@ -151,12 +155,22 @@ class ShardList(abc.ABC):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return (self.entry(k) for k in range(self.count))
 
+    def verify_files(self, *, progress: bool = False) -> None:
+        """What `datapipe verify` checks besides the records: each local shard file's size and sha256
+        against its entry (`source` gives them), ValueError naming the first few that differ. A remote
+        dataset's shards are checked as its cache fetches them."""
+        if self.location is None or self.location.remote:
+            return
+        files = ((str(self.location.file(e["name"])), e["name"], int(e["bytes"]), e.get("sha256")) for e in self)
+        refuse_differing_files(self.location.describe(), files, count=self.count, total=self.total_bytes,
+                               what="shard", source=self.source, progress=progress)
+
 
 class ListedShards(ShardList):
     """The shards a manifest of version 1 or 2 lists (datasets written before the table), as read then."""
 
-    def __init__(self, shards: list[dict[str, Any]]) -> None:
-        self.shards = shards
+    def __init__(self, shards: list[dict[str, Any]], location: Location | None = None) -> None:
+        self.shards, self.location = shards, location
         self._first = np.concatenate([[0], np.cumsum([s["samples"] for s in shards], dtype=np.int64)])
         self.count, self.records = len(shards), int(self._first[-1])
         self.total_bytes = sum(int(s["bytes"]) for s in shards)
@@ -310,6 +324,8 @@ class ShardTable(ShardList):
     """A split's shards from its table (manifest version 3): a process reads the head when it first
     uses the table (the opening one at once), then the blocks it needs. Pickled: the manifest's entry."""
 
+    source = "the shard table"
+
     def __init__(self, location: Location, split: str, entry: dict[str, Any], *, records: int,
                  replaced: Callable[[], None] | None = None) -> None:
         self.location, self.split, self.described, self.records = location, split, dict(entry), int(records)
@@ -377,6 +393,11 @@ class ShardTable(ShardList):
         if digest.hexdigest() != self.described["sha256"]:
             raise self.damaged("its sha256 differs from the manifest's")
 
+    def verify_files(self, *, progress: bool = False) -> None:
+        """The table whole (`check_file`), then each shard file against its row."""
+        self.check_file()
+        super().verify_files(progress=progress)
+
 
 def shard_list(location: Location, split: str, info: SplitInfo,
                replaced: Callable[[], None] | None = None) -> ShardList:
@@ -384,4 +405,4 @@ def shard_list(location: Location, split: str, info: SplitInfo,
     raises where the dataset was replaced since it was opened (checked before a table is called damaged)."""
     if info.table:
         return ShardTable(location, split, info.table, records=info.samples, replaced=replaced)
-    return ListedShards(info.shards)
+    return ListedShards(info.shards, location)
