@@ -8,6 +8,7 @@ import unicodedata
 from typing import Any
 
 from .checks import shown
+from .inspect import counted
 from .mix import mix_source
 
 
@@ -57,8 +58,9 @@ def mix_lines(mix: Any) -> list[str]:
     """`datapipe info`'s table of a mix: per source its records, weight, draws an epoch, epochs until it
     repeats a record."""
     rows = mix.table(0)
-    width = max(len(r["source"]) for r in rows)
-    lines = [f"mix of {len(rows)} sources, {len(mix):,} samples an epoch, {len(mix.classes)} classes",
+    width = max(len("source"), *(len(r["source"]) for r in rows))  # names shorter than the header align too
+    lines = [f"mix of {counted(len(rows), 'source')}, {len(mix):,} sample{'' if len(mix) == 1 else 's'} an epoch, "
+             f"{counted(len(mix.classes), 'class', 'classes')}",
              f"{'source':{width}}  {'records':>12}  {'weight':>7}  {'draws/epoch':>12}  {'epochs/pass':>11}  path"]
     for r in rows:
         passes = "never" if r["epochs_per_pass"] is None else f"{r['epochs_per_pass']:.2f}"
