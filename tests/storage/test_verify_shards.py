@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from datapipe import cli
 from datapipe.formats import open_dataset
+from datapipe.inspect import verify
 from tests.shard_tables import edit_shards, list_shards
 
 WRONG = "0f" * 32
@@ -79,3 +81,15 @@ def test_an_intact_dataset_passes_and_a_remote_ones_shards_are_left_to_its_cache
     open_dataset(packed_wds).shard_entries().verify_files()
     open_dataset(s3_wds, cache_dir=tmp_path / "cache").shard_entries().verify_files()  # the table only: nothing fetched
     assert not list((tmp_path / "cache").rglob("*.tar"))
+
+
+@pytest.mark.parametrize("listed", [False, True], ids=["table", "listed"])
+def test_verify_says_damaged_naming_the_shard_after_the_records(packed_wds, tmp_path, capsys, listed):
+    folder, body = copied(packed_wds, tmp_path, listed=listed)
+    name = wrong_sha256(folder, body, 1, listed=listed)
+    source = "the manifest" if listed else "the shard table"
+    expected = (f"split 'train': {folder}: 1 of {len(open_dataset(folder).shard_entries())} shards differ from {source}: "
+                f"{name}: another sha256; the shards or {source} changed since the conversion: re-convert the dataset")
+    assert verify(folder, progress=False).problems == [expected]  # it said OK: the records are intact
+    assert cli.main(["verify", str(folder)]) == 1
+    assert capsys.readouterr().out == f"{folder}: DAMAGED, 1 problem(s); first: {expected}\n"
