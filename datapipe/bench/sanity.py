@@ -57,7 +57,8 @@ def too_short(timings: Sequence[Timing], workers: int, opts: BenchOptions,
     need = opts.min_batches if workers else 1
     if per_worker >= need:
         return None
-    timed = f"{round(per_worker, 1):g} batches per worker timed" if workers else f"{worst.batches} batches timed"
+    shown = round(per_worker, 1) if workers else worst.batches
+    timed = f"{shown:g} {'batch' if shown == 1 else 'batches'}{' per worker' if workers else ''} timed"
     needed = records_needed(workers, opts) if workers else (opts.warmup + DRAIN_BATCHES + 1) * opts.batch_size
     ended = any(t.ended for t in counted if t.batches / max(1, workers) < need)
     if (records is None and ended) or (records is not None and records < needed):
