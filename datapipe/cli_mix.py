@@ -8,7 +8,7 @@ import unicodedata
 from typing import Any
 
 from .checks import shown
-from .inspect import counted
+from .inspect import counted, plain
 from .mix import mix_source
 
 
@@ -56,8 +56,9 @@ def source_of_args(data: list[str], weights: str | None, epoch_size: int | None,
 
 def mix_lines(mix: Any) -> list[str]:
     """`datapipe info`'s table of a mix: per source its records, weight, draws an epoch, epochs until it
-    repeats a record."""
-    rows = mix.table(0)
+    repeats a record. Names and paths as a terminal line shows them (a file name's escapes as text, a
+    long one cut); --json has them whole."""
+    rows = [{**r, "source": plain(r["source"], limit=64), "path": plain(r["path"])} for r in mix.table(0)]
     width = max(len("source"), *(len(r["source"]) for r in rows))  # names shorter than the header align too
     lines = [f"mix of {counted(len(rows), 'source')}, {len(mix):,} sample{'' if len(mix) == 1 else 's'} an epoch, "
              f"{counted(len(mix.classes), 'class', 'classes')}",

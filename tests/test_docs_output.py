@@ -167,7 +167,7 @@ def check_train(said: Said, words: list[str]) -> None:
     figures are metrics.jsonl's last line."""
     args = build_parser().parse_args(words[1:])
     mix = next(line for line in said.lines if " mix: " in f" {line}")
-    draws = [(float(s), int(n)) for s, n in re.findall(r" (\d\.\d{3}) \((\d+) an epoch\)", mix)]
+    draws = [(float(s), int(n.replace(",", ""))) for s, n in re.findall(r" (\d\.\d{3}) \(([\d,]+) an epoch\)", mix)]
     assert len(draws) == len(args.data) and sum(n for _, n in draws) == args.epoch_size, mix
     assert abs(sum(s for s, _ in draws) - 1) <= 0.0005 * len(draws), mix
     last = LAST_LINE.search(said.lines[-1])
