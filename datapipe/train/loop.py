@@ -31,7 +31,7 @@ from .clock import make_clock
 from .config import TrainConfig, hparams, warmup_cosine
 from .ddp import DistEnv, all_max, all_sum, gather_strings, setup, teardown
 from .ema import ModelEma
-from .figures import EpochSums, end_line, finite
+from .figures import EpochSums, end_line, epoch_summary, finite
 from .guard import NonFiniteGuard
 from .loaders import build_loaders
 from .models import build_model, check_image_sizes
@@ -327,7 +327,7 @@ class Trainer(CheckpointedRun):
         record = self._record(val_acc, ema_val_acc, agreed=True, nonfinite=self.nonfinite + self.guard.check(self.epoch))
         self.metrics.append(record)
         if self.env.is_main:
-            log.info("epoch %d: %s", self.epoch, json.dumps(record))
+            log.info("%s", epoch_summary(record))
             if self.board is not None:  # before the checkpoint: a resume drops what it lacks
                 self.board.epoch(self.epoch, record)
         self.epoch += 1
