@@ -31,7 +31,7 @@ def parse_weights(text: str | None, count: int) -> tuple[float, ...] | None:
     except ValueError:
         raise ValueError(f"--weights takes numbers separated by commas, e.g. 0.7,0.3; got {shown(text)}") from None
     if len(weights) != count:
-        raise ValueError(f"--weights gives {len(weights)} weight(s) for {count} dataset(s): give one per dataset, "
+        raise ValueError(f"--weights gives {counted(len(weights), 'weight')} for {counted(count, 'dataset')}: give one per dataset, "
                          "in order")
     if any(not math.isfinite(w) or w < 0 for w in weights):
         raise ValueError(f"--weights must be finite numbers >= 0, got {shown(text)}")

@@ -44,7 +44,7 @@ def test_info_json_and_one_dataset_as_before(packed_lmdb, packed_wds, capsys):
 def test_a_weights_count_mismatch_is_one_line(packed_lmdb, packed_wds, capsys):
     assert main(["info", str(packed_lmdb), str(packed_wds), "--weights", "1"]) != 0
     err = capsys.readouterr().err.strip()
-    assert "gives 1 weight(s) for 2 dataset(s)" in err and "\n" not in err
+    assert "gives 1 weight for 2 datasets" in err and "\n" not in err
 
 
 def test_preview_tiles_name_their_source(packed_lmdb, packed_wds):

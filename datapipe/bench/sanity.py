@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..inspect import plain
+from ..inspect import counted, plain
 from .window import DRAIN_BATCHES, Timing
 
 if TYPE_CHECKING:
@@ -63,8 +63,9 @@ def too_short(timings: Sequence[Timing], workers: int, opts: BenchOptions,
     ended = any(t.ended for t in counted if t.batches / max(1, workers) < need)
     if (records is None and ended) or (records is not None and records < needed):
         who = f" and {workers} worker{'s' if workers > 1 else ''}" if workers else ""
-        return (f"too short: {timed}, needs >= {need}: >= {needed:,} records at batch {opts.batch_size}{who}, "
-                "or a smaller --batch-size"), needed
+        smaller = ", or a smaller --batch-size" if opts.batch_size > 1 else ""
+        return (f"too short: {timed}, needs >= {need}: >= {needed:,} records at batch {opts.batch_size}{who}"
+                f"{smaller}"), needed
     if ended:
         return (f"too short: {timed}, needs >= {need}; its {records:,} records would give enough: the loader "
                 "skipped most as unreadable"), None
@@ -95,7 +96,7 @@ def short_data_lines(rows: list[Row]) -> list[str]:
     for r in rows:
         if r.needs_records:
             needs[r.data].append(r.needs_records)
-    return [f"{name_of(data)} is too short to time {len(n)} row(s): they need >= {max(n):,} records at this "
+    return [f"{name_of(data)} is too short to time {counted(len(n), 'row')}: they need >= {max(n):,} records at this "
             f"--batch-size, or a smaller --batch-size (their notes say why)" for data, n in needs.items()]
 
 
