@@ -87,6 +87,7 @@ def test_dangling_symlinks_where_folders_are_are_skipped_entries_with_their_path
                          ("train/dog/more", "../../nowhere")):
         assert f"  skipped {path}: dangling symlink (to {target}): no folder there" in done.stdout, done.stdout
     assert "train: 27 samples" in done.stdout and "7 skipped" in done.stdout
+    assert "INFO" not in done.stderr  # -q: no progress bar and no INFO lines (the summary and skips still print)
     info = json.loads(run("info", tmp_path / "out.lmdb", "--json").stdout)
     assert {"test", "train/bird", "train/dog/more"} <= {s["path"] for s in info["splits"]["train"]["skipped"]}
     assert info["classes"] == ["cat", "dog", "fish"]
