@@ -308,13 +308,18 @@ def _convert_locked(src: str | Path, dst: Path, spec: FormatSpec, options: Conve
 
 def _convert_sharded(src: str | Path, dst: Path, staging: Path, task_list: TaskList, spec: FormatSpec,
                      options: ConvertOptions, engine: Engine | None) -> ConvertReport:
-    if not (options.resume and staging.is_dir()):
+    fresh = not (options.resume and staging.is_dir())
+    if fresh:
         remove(staging)
     staging.mkdir(parents=True, exist_ok=True)
     try:
         result = run_sharded(src, FolderTarget(staging), task_list, spec, options, engine)
     except StrictStop:
         remove(staging)
+        raise
+    except BaseException:  # a fresh staging folder still empty (a Ray cluster that did not answer) is not a
+        if fresh and not any(staging.iterdir()):  # conversion to --resume: the next run starts clean
+            remove(staging)
         raise
     publish(staging, staging, dst)
     return ConvertReport(dst, spec.name, result.splits, result.seconds, result.processed)

@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 
 from datapipe.formats.parquet import Rows, read_rows, row_group_images, row_record
 from datapipe.formats.parquet_schema import UNLABELED, HubFile, pyarrow, read_hub_file, resolve_classes, shown, split_of
+from datapipe.errors import counted
 from datapipe.image.headers import BadImageError
 from datapipe.records import ClassIndex
 from datapipe.formats.scan import SPLIT_NAMES, FolderLayout, ImageFile, make_key, printable
@@ -166,7 +167,7 @@ def scan_parquet(src: str | Path, *, split: str | None = None, shuffle_seed: int
         found = sorted({split_of(f) for f in files})
         raise ValueError(f"--split {split!r}: the Parquet files in {src} hold the splits {', '.join(found)}; "
                          "pick one of them, or leave --split out to convert all")
-    log.info("%s: %d Parquet file(s) (Hugging Face layout)", src, len(wanted))
+    log.info("%s: %s (Hugging Face layout)", src, counted(len(wanted), "Parquet file"))
     with ThreadPoolExecutor(min(FOOTER_THREADS, len(files))) as pool:
         every = list(pool.map(read_hub_file, files))  # every split's: the classes are the train split's
     names, every = resolve_classes(every)

@@ -17,6 +17,7 @@ import torch
 from .augment.recipe import Recipe, resolve_recipe
 from .backends import dali_installed, make_loader
 from .errors import ExpectedError, first_line
+from .errors import counted
 from .mix.sources import Mix
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ def preview(source: Any, options: PreviewOptions | None = None) -> Preview:
         raise ExpectedError(f"no backend produced a batch: {'; '.join(shown.notes)}")
     if bad:
         listed = ", ".join(f"{path} ({reason})" for path, reason in list(bad.items())[:3])
-        shown.notes.append(f"{len(bad)} bad record(s) served as other records, as in training: {listed}"
+        shown.notes.append(f"{counted(len(bad), 'bad record')} served as other records, as in training: {listed}"
                            + (" ..." if len(bad) > 3 else ""))
     shown.rows = [rows[epoch] for epoch in range(options.epochs) for rows in by_backend.values()]
     return shown

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .errors import ExpectedError, first_line, shortened
+from .storage.redaction import redact
 
 
 JOIN_TIMEOUT_S = 30.0  # the name resolved, the port connected and Ray's GCS answering, each within what is left
@@ -31,7 +32,11 @@ TOKEN_FIX = ("set RAY_AUTH_MODE=token and give the cluster's token in RAY_AUTH_T
 
 
 class RayUnreachable(ExpectedError):
-    """No Ray cluster this process may join answers at an address (one line: the address, the cause, the fix)."""
+    """No Ray cluster this process may join answers at an address (one line: the address, the cause, the fix).
+    The message is redacted where it is made: an address may carry user:password@ (ray://admin:PW@head)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact(message))
 
 
 def import_ray(needed_by: str = "backend='ray'") -> Any:
@@ -84,6 +89,10 @@ def resolve(address: str) -> str:
 def split(address: str) -> tuple[str, int]:
     """(host, port) of HOST:PORT (ray:// and [IPv6] brackets removed); RayUnreachable when it is not one."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
+    if "@" in host:  # shown redacted: the user:password part is not printed
+        raise RayUnreachable(f"the Ray address for {shown(host.rpartition('@')[2])}:{shown(port)} carries a user or "
+                             "password (not shown): a Ray address is HOST:PORT; a cluster with token authentication "
+                             "takes its token from RAY_AUTH_TOKEN (docs/clusters.md)")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise RayUnreachable(f"{shortened(repr(address))} is not a Ray address: give HOST:PORT, e.g. head:6379")
     return host.strip("[]"), int(port)

@@ -112,3 +112,11 @@ def test_info_names_the_classes_and_counts_in_the_singular(tmp_path):
     assert ": 1 file, " in converted[0] and converted[1].startswith("  train: 1 sample, "), converted
     described = run("info", out).stdout
     assert "  train: 1 sample, " in described and ", 1 shard, " in described, described
+
+
+def test_convert_quiet_prints_no_info_lines(tmp_path):
+    """-q meant no progress bar only: an HDF5 conversion still logged 'INFO building ... from the spooled records'."""
+    loud = run("convert", IMAGEFOLDER, tmp_path / "loud.h5")
+    quiet = run("convert", IMAGEFOLDER, tmp_path / "quiet.h5", "-q")
+    assert "INFO" in loud.stderr and quiet.returncode == 0 and "INFO" not in quiet.stderr
+    assert "train: 27 samples" in quiet.stdout and "skipped" in quiet.stdout

@@ -44,7 +44,7 @@ def test_info_json_and_one_dataset_as_before(packed_lmdb, packed_wds, capsys):
 def test_a_weights_count_mismatch_is_one_line(packed_lmdb, packed_wds, capsys):
     assert main(["info", str(packed_lmdb), str(packed_wds), "--weights", "1"]) != 0
     err = capsys.readouterr().err.strip()
-    assert "gives 1 weight(s) for 2 dataset(s)" in err and "\n" not in err
+    assert "gives 1 weight for 2 datasets" in err and "\n" not in err
 
 
 def test_preview_tiles_name_their_source(packed_lmdb, packed_wds):
@@ -119,3 +119,11 @@ def test_train_over_a_mix_with_a_recipe_that_repeats_each_record(packed_lmdb, pa
     assert parse_weights("\u0660,1", 2) == (0.0, 1.0)
     with pytest.raises(ValueError, match="below the smallest float"):
         parse_weights("\u0661e-400,1", 2)  # Arabic-Indic digits, which float() reads
+
+
+def test_a_name_given_to_two_datasets_is_one_line(packed_lmdb, packed_wds, capsys):
+    """`info a=X a=Y` renamed the second to a-2 without a word (a name made from two alike paths still is)."""
+    assert main(["info", f"a={packed_lmdb}", f"a={packed_wds}"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "the name 'a' is given to two datasets" in err and "\n" not in err
+    assert main(["info", str(packed_lmdb), f"{packed_lmdb}/"]) == 0  # alike paths: named apart, as before

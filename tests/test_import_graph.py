@@ -12,9 +12,10 @@ PACKAGE = ROOT / "datapipe"
 # The floors, lowest first: a room may import the rooms of the floors below its own.
 FLOORS = [
     {"errors", "checks", "names", "resources", "devices"},  # the leaves
-    {"records", "pool_sizing", "ray_setup"},
-    {"ray_local", "order", "image", "storage"},
-    {"formats", "augment"},
+    {"records", "pool_sizing"},
+    {"order", "image", "storage"},
+    {"ray_setup", "formats", "augment"},  # ray_setup: its messages are redacted (an address may hold a password)
+    {"ray_local"},
     {"mix"},
     {"backends"},
     {"preview", "bench", "train"},

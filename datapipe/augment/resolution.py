@@ -78,9 +78,12 @@ class SizeRamp:
         return points
 
 
-def size_schedule(value: "int | Callable[[int], int]") -> Callable[[int], int]:
-    """An epoch -> size function from a fixed size (checked now) or a function (each size it gives
-    checked when it is called, naming the epoch: checked_size)."""
+def size_schedule(value: "int | Mapping | list | Callable[[int], int]") -> Callable[[int], int]:
+    """An epoch -> size function from a fixed size (checked now), a step schedule ({first epoch: size},
+    or a list of sizes, one an epoch, the last one continuing: checked now, as --image-size-schedule's
+    file is) or a function (each size it gives checked when it is called, naming the epoch: checked_size)."""
+    if isinstance(value, (Mapping, list, tuple)):
+        value = size_steps(run_sizes(value, 1))
     if isinstance(value, int):
         size = check_image_size(value)
         return lambda epoch: size
@@ -88,7 +91,8 @@ def size_schedule(value: "int | Callable[[int], int]") -> Callable[[int], int]:
         return value
     if callable(value):
         return _Checked(value)
-    raise ValueError(f"image_size must be an int or a function of the epoch (e.g. SizeRamp), got {shown(value)}")
+    raise ValueError(f"image_size must be an int, a schedule ({{first epoch: size}} or a list of sizes) or a function "
+                     f"of the epoch (e.g. SizeRamp), got {shown(value)}")
 
 
 @dataclass(frozen=True)

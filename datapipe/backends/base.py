@@ -127,6 +127,12 @@ class Loader(abc.ABC):
     def shard(self) -> Shard:
         return self.order.shard
 
+    @property
+    def pool_history(self) -> list[tuple[int, int]] | None:
+        """A pool's sizes, (batches received, actors) at each change, for backends with a pool (ray);
+        None for the others (datapipe train's metrics.jsonl and TensorBoard show it)."""
+        return None
+
     def __len__(self) -> int:
         return len(self.order)
 

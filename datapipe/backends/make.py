@@ -131,7 +131,8 @@ def make_loader(source: "str | Path | Dataset | Mix", *, split: str = "train", b
     `tokenizer=` (caption -> token ids) runs where samples are decoded and makes texts a LongTensor N x L
     (a list of 1-D ones when lengths differ); datapipe.batch_type(fields) is the batch's class.
     `recipe=`: a datapipe.Recipe or a preset name ("deit", "rsb-a3", "ffcv-rn50", "tv-v2"); Recipe fields
-    given as keywords (auto_augment=, re_prob=, mixup_alpha=, ...) change it. `image_size` may be a function of the epoch (datapipe.SizeRamp).
+    given as keywords (auto_augment=, re_prob=, mixup_alpha=, ...) change it. `image_size` may be a function
+    of the epoch (datapipe.SizeRamp) or a step schedule ({first epoch: size}, or a list of sizes, one an epoch).
     dtype=torch.uint8 gives un-normalized images. `source` may be a `.wds` URL (s3://, gs://, az://, https://),
     or a datapipe.Mix of several datasets (indices then count inside each source; fields=(..., "source") adds
     each sample's source number, into mix.names).
@@ -145,7 +146,7 @@ def make_loader(source: "str | Path | Dataset | Mix", *, split: str = "train", b
                          f"{sorted(LoaderOptions.__dataclass_fields__)} and Recipe fields "
                          f"{sorted(k for k in Recipe.__dataclass_fields__ if k != 'name')}")
     image_size = overrides.get("image_size", options.image_size if options else LoaderOptions.image_size)
-    if callable(image_size):
+    if callable(image_size) or isinstance(image_size, (dict, list, tuple)):
         schedule = size_schedule(image_size)
         overrides["image_size"] = schedule(0)
     else:

@@ -7,6 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ..errors import counted
 from ..storage.redaction import redact_json
 from .sanity import LOADER_SUITES, name_of
 from .suites import Row
@@ -96,7 +97,7 @@ def figure(rows: list[Row], title: str, found: Sequence[Verdict] = ()):
     ax.set_xlim(0, max([rows[i].images_per_s for i in shown], default=1) * 1.6)  # room for the verdicts
     ax.invert_yaxis()
     left_out = sum(1 for r in rows if r.suite in SUITE_COLORS and not r.images_per_s)
-    ax.set_xlabel("images / s (median of the repeats)" + (f"\n{left_out} row(s) without a figure (too short, failed "
+    ax.set_xlabel("images / s (median of the repeats)" + (f"\n{counted(left_out, 'row')} without a figure (too short, failed "
                                                            "or skipped) left out: the table says why" if left_out else ""))
     ax.set_title(title, fontsize=10)
     handles = [Patch(color=c, label=s) for s, c in SUITE_COLORS.items() if any(rows[i].suite == s for i in shown)]

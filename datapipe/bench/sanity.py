@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import plain
+from ..errors import counted, plain
 from .window import DRAIN_BATCHES, Timing
 
 if TYPE_CHECKING:
@@ -57,13 +57,15 @@ def too_short(timings: Sequence[Timing], workers: int, opts: BenchOptions,
     need = opts.min_batches if workers else 1
     if per_worker >= need:
         return None
-    timed = f"{round(per_worker, 1):g} batches per worker timed" if workers else f"{worst.batches} batches timed"
+    shown = round(per_worker, 1) if workers else worst.batches
+    timed = f"{shown:g} {'batch' if shown == 1 else 'batches'}{' per worker' if workers else ''} timed"
     needed = records_needed(workers, opts) if workers else (opts.warmup + DRAIN_BATCHES + 1) * opts.batch_size
     ended = any(t.ended for t in counted if t.batches / max(1, workers) < need)
     if (records is None and ended) or (records is not None and records < needed):
         who = f" and {workers} worker{'s' if workers > 1 else ''}" if workers else ""
-        return (f"too short: {timed}, needs >= {need}: >= {needed:,} records at batch {opts.batch_size}{who}, "
-                "or a smaller --batch-size"), needed
+        smaller = ", or a smaller --batch-size" if opts.batch_size > 1 else ""
+        return (f"too short: {timed}, needs >= {need}: >= {needed:,} records at batch {opts.batch_size}{who}"
+                f"{smaller}"), needed
     if ended:
         return (f"too short: {timed}, needs >= {need}; its {records:,} records would give enough: the loader "
                 "skipped most as unreadable"), None
@@ -94,7 +96,7 @@ def short_data_lines(rows: list[Row]) -> list[str]:
     for r in rows:
         if r.needs_records:
             needs[r.data].append(r.needs_records)
-    return [f"{name_of(data)} is too short to time {len(n)} row(s): they need >= {max(n):,} records at this "
+    return [f"{name_of(data)} is too short to time {counted(len(n), 'row')}: they need >= {max(n):,} records at this "
             f"--batch-size, or a smaller --batch-size (their notes say why)" for data, n in needs.items()]
 
 

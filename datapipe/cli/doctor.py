@@ -22,7 +22,8 @@ def add_doctor(sub: argparse._SubParsersAction) -> None:
     ray.add_argument("--ray", nargs="?", const="auto", metavar="HOST:PORT",
                      help="describe the Ray cluster at HOST:PORT (alone: RAY_ADDRESS's, else the one `ray start` "
                           "runs on this machine); RAY_ADDRESS set also turns this on")
-    ray.add_argument("--images-per-s", type=float, help="the image rate to size for (default: 3,000 per GPU of the cluster)")
+    ray.add_argument("--images-per-s", type=float, help="the image rate to size for (default: 3,000 per GPU of "
+                     "the cluster; a cluster without GPUs has no default: give it)")
     ray.add_argument("--image-size", type=int, default=224, help="the side of the decoded images shipped (default 224)")
     ray.add_argument("--jpeg-kb", type=float, default=110.0, help="mean encoded image size in KB (default 110, ImageNet's)")
     ray.add_argument("--link-gbit", type=float, default=100.0, help="the network link of a GPU node, Gbit/s (default 100)")

@@ -83,13 +83,16 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-address", metavar="auto|HOST:PORT",
                    help="the Ray cluster to use (auto: the one `ray start` runs here; default: RAY_ADDRESS's, "
                         "else a local Ray on 127.0.0.1 started for this conversion)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no INFO lines (warnings, the "
+                   "skipped files and the summary still print)")
     p.set_defaults(run=_run_convert)
 
 
 def _run_convert(args: argparse.Namespace) -> int:
     from converters import ConvertOptions, convert
 
+    if args.quiet:
+        logging.getLogger().setLevel(logging.WARNING)
     from ..errors import counted, plain
     from ..errors import human_size as _human
 

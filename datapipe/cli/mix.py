@@ -8,6 +8,7 @@ import unicodedata
 from typing import Any
 
 from ..checks import shown
+from ..errors import counted, plain
 from ..mix.sources import mix_source
 
 
@@ -30,7 +31,7 @@ def parse_weights(text: str | None, count: int) -> tuple[float, ...] | None:
     except ValueError:
         raise ValueError(f"--weights takes numbers separated by commas, e.g. 0.7,0.3; got {shown(text)}") from None
     if len(weights) != count:
-        raise ValueError(f"--weights gives {len(weights)} weight(s) for {count} dataset(s): give one per dataset, "
+        raise ValueError(f"--weights gives {counted(len(weights), 'weight')} for {counted(count, 'dataset')}: give one per dataset, "
                          "in order")
     if any(not math.isfinite(w) or w < 0 for w in weights):
         raise ValueError(f"--weights must be finite numbers >= 0, got {shown(text)}")
@@ -55,10 +56,12 @@ def source_of_args(data: list[str], weights: str | None, epoch_size: int | None,
 
 def mix_lines(mix: Any) -> list[str]:
     """`datapipe info`'s table of a mix: per source its records, weight, draws an epoch, epochs until it
-    repeats a record."""
-    rows = mix.table(0)
-    width = max(len(r["source"]) for r in rows)
-    lines = [f"mix of {len(rows)} sources, {len(mix):,} samples an epoch, {len(mix.classes)} classes",
+    repeats a record. Names and paths as a terminal line shows them (a file name's escapes as text, a
+    long one cut); --json has them whole."""
+    rows = [{**r, "source": plain(r["source"], limit=64), "path": plain(r["path"])} for r in mix.table(0)]
+    width = max(len("source"), *(len(r["source"]) for r in rows))  # names shorter than the header align too
+    lines = [f"mix of {counted(len(rows), 'source')}, {len(mix):,} sample{'' if len(mix) == 1 else 's'} an epoch, "
+             f"{counted(len(mix.classes), 'class', 'classes')}",
              f"{'source':{width}}  {'records':>12}  {'weight':>7}  {'draws/epoch':>12}  {'epochs/pass':>11}  path"]
     for r in rows:
         passes = "never" if r["epochs_per_pass"] is None else f"{r['epochs_per_pass']:.2f}"

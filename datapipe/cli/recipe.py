@@ -34,8 +34,9 @@ RECIPE_FLAGS: dict[str, tuple[str, dict]] = {
     "--color-jitter": ("color_jitter", dict(type=float, metavar="J", help="brightness, contrast, saturation "
                                             "jitter (0: off; not applied with --aa, as in timm)")),
     "--grayscale-prob": ("grayscale_prob", dict(type=float, metavar="P", help="RandomGrayscale's probability")),
-    "--aug-repeats": ("aug_repeats", dict(type=int, metavar="N", help="repeated augmentation: each record N times "
-                                          "an epoch, each copy augmented apart (deit: 3, tv-v2: 4; 1: off)")),
+    "--aug-repeats": ("aug_repeats", dict(type=int, metavar="N", help="repeated augmentation: an epoch as long as "
+                                          "the data holds 1/N of its records, each N times, each copy augmented "
+                                          "apart (deit: 3, tv-v2: 4; 1: off)")),
     "--scale": ("scale", dict(type=float, nargs=2, metavar=("MIN", "MAX"), help="RandomResizedCrop's area share")),
     "--ratio": ("ratio", dict(type=float, nargs=2, metavar=("MIN", "MAX"), help="RandomResizedCrop's aspect ratio")),
 }

@@ -14,6 +14,7 @@ from .pipeline import Check
 from ..pool_sizing import DEIT_CPU_S_PER_IMAGE, GPU_IMAGES_PER_S, JPEG_BYTES, pool_cores, wire, wire_lines
 from ..pool_sizing import capacity
 from ..ray_setup import RayUnreachable, join
+from ..storage.redaction import redact
 
 POOL_RESOURCE = "datapipe"
 HIDDEN = ("memory", "object_store_memory", "node:", "accelerator_type:")  # Ray's own entries, not the user's
@@ -116,7 +117,7 @@ def ray_checks(address: str | None, sizing: SizingOptions = SizingOptions()) -> 
     try:
         ray, here = connect(address)
     except RayUnreachable as exc:
-        return [Check("ray_cluster", f"unreachable: {exc}", "warn")]
+        return [Check("ray_cluster", redact(f"unreachable: {exc}"), "warn")]
     try:
         nodes = ray.nodes()
     finally:

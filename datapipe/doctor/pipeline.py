@@ -147,8 +147,8 @@ def machine_info() -> dict[str, Any]:
 
 def _gpu_checks() -> list[Check]:
     if not torch.cuda.is_available():
-        return [Check("gpu", None, "info", "no CUDA GPU visible: datapipe runs its CPU path (default_backend "
-                                           "below); check the driver and CUDA_VISIBLE_DEVICES if you expected one")]
+        return [Check("gpu", "none visible", "info", "no CUDA GPU visible: datapipe runs its CPU path "
+                      "(default_backend below); check the driver and CUDA_VISIBLE_DEVICES if you expected one")]
     checks = []
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)

@@ -112,12 +112,6 @@ def verify(path: str | Path, *, progress: bool = True, sha256: str | None = None
     report = VerifyReport()
     for split, info in manifest.splits.items():
         ds = open_dataset(path, split)
-        check_table = getattr(getattr(ds, "shards", None), "check_file", None)  # a .wds split's shard table, whole
-        if check_table is not None:
-            try:
-                check_table()
-            except ValueError as exc:
-                report.problems.append(redact(f"split {split!r}: {exc}"))
         chain = CHAIN_START
         for i in tqdm(range(len(ds)), desc=f"verify {split}", unit="rec", disable=not progress):
             report.records += 1
@@ -134,4 +128,10 @@ def verify(path: str | Path, *, progress: bool = True, sha256: str | None = None
         if chain != info.digest:
             report.problems.append(f"split {split!r}: digest over all records differs from the manifest "
                                    "(records changed, reordered, added or lost)")
+        verify_files = getattr(getattr(ds, "shards", None), "verify_files", None)  # a .wds split's table and shards
+        if verify_files is not None:  # after the records: a damaged record is named first, by its key
+            try:
+                verify_files(progress=progress)
+            except ValueError as exc:
+                report.problems.append(redact(f"split {split!r}: {exc}"))
     return report

@@ -24,6 +24,7 @@ manifest entry and location. Datasets written before (version 1 and 2, the shard
 from __future__ import annotations
 
 import abc
+import errno
 import hashlib
 import mmap
 import os
@@ -40,6 +41,7 @@ from ..storage.dataset_files import open_regular
 from ..errors import OwnLineError
 from ..records import SplitInfo
 from ..storage import Location, StoreError
+from ..storage.verify import refuse_differing_files
 from .tar import END_OF_ARCHIVE
 
 MAGIC, TABLE_VERSION, BLOCK_ROWS = b"DPSHARDS", 1, 1024
@@ -114,12 +116,15 @@ def table_file(split: str, shards: list[dict[str, Any]]) -> tuple[str, bytes, di
 
 class ShardList(abc.ABC):
     """A split's shards in record order: `len`, `[k]` (its entry: name, samples, bytes, sha256),
-    the record index each starts at, the shard holding a record, samples per shard, size totals."""
+    the record index each starts at, the shard holding a record, samples per shard, size totals;
+    `location` holds the shard files, `source` names what gives their entries."""
 
     count: int
     records: int
     total_bytes: int
     largest: int
+    location: Location | None = None
+    source = "the manifest"
 
     @abc.abstractmethod
     def first(self, number: int) -> int:
@@ -150,12 +155,22 @@ class ShardList(abc.ABC):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return (self.entry(k) for k in range(self.count))
 
+    def verify_files(self, *, progress: bool = False) -> None:
+        """What `datapipe verify` checks besides the records: each local shard file's size and sha256
+        against its entry (`source` gives them), ValueError naming the first few that differ. A remote
+        dataset's shards are checked as its cache fetches them."""
+        if self.location is None or self.location.remote:
+            return
+        files = ((str(self.location.file(e["name"])), e["name"], int(e["bytes"]), e.get("sha256")) for e in self)
+        refuse_differing_files(self.location.describe(), files, count=self.count, total=self.total_bytes,
+                               what="shard", source=self.source, progress=progress)
+
 
 class ListedShards(ShardList):
     """The shards a manifest of version 1 or 2 lists (datasets written before the table), as read then."""
 
-    def __init__(self, shards: list[dict[str, Any]]) -> None:
-        self.shards = shards
+    def __init__(self, shards: list[dict[str, Any]], location: Location | None = None) -> None:
+        self.shards, self.location = shards, location
         self._first = np.concatenate([[0], np.cumsum([s["samples"] for s in shards], dtype=np.int64)])
         self.count, self.records = len(shards), int(self._first[-1])
         self.total_bytes = sum(int(s["bytes"]) for s in shards)
@@ -194,7 +209,9 @@ class _Held:
         if self.fences[0] != 0 or self.fences[-1] != records or np.any(np.diff(self.fences) < 0):
             raise table.damaged("its block starts are not in record order")
 
-    def _map(self) -> mmap.mmap:
+    def _map(self) -> mmap.mmap | None:
+        """The local table mapped, once its size is the manifest's; None where the process's address space
+        cannot take it (ulimit -v): it is then read by pread, in chunks, as from a store."""
         table = self.table
         path = str(table.location.file(table.name))
         fd = open_regular(path, what="shard table", fix="re-convert the dataset")
@@ -203,18 +220,22 @@ class _Held:
             if size != table.layout.size:
                 raise table.damaged(f"it is {size:,} bytes, the manifest says {table.layout.size:,}")
             return mmap.mmap(fd, size, access=mmap.ACCESS_READ)  # the map holds the file, not the descriptor
+        except OSError as exc:
+            if exc.errno != errno.ENOMEM:
+                raise
+            return None
         finally:
             os.close(fd)
 
     def _head(self) -> memoryview | bytearray:
-        """The head, once its sha256 is the manifest's. From a store, in reads of at most READ_CHUNK;
+        """The head, once its sha256 is the manifest's. Unmapped, in reads of at most READ_CHUNK;
         a head longer than one is read only from an object of the size the shard count implies (asked
         first): a crafted count costs one request, not the head it claims."""
         table, length = self.table, self.table.layout.head
         if self.map is not None:
             head: memoryview | bytearray = self.read(0, length)
         else:
-            if length > READ_CHUNK:
+            if table.location.remote and length > READ_CHUNK:  # a local one's size was checked at _map
                 size = table.location.store.size(table.location.checked(table.name))
                 if size != table.layout.size:
                     raise table.damaged(f"the manifest claims {table.count:,} shards, a table of {table.layout.size:,} "
@@ -303,6 +324,8 @@ class ShardTable(ShardList):
     """A split's shards from its table (manifest version 3): a process reads the head when it first
     uses the table (the opening one at once), then the blocks it needs. Pickled: the manifest's entry."""
 
+    source = "the shard table"
+
     def __init__(self, location: Location, split: str, entry: dict[str, Any], *, records: int,
                  replaced: Callable[[], None] | None = None) -> None:
         self.location, self.split, self.described, self.records = location, split, dict(entry), int(records)
@@ -370,6 +393,11 @@ class ShardTable(ShardList):
         if digest.hexdigest() != self.described["sha256"]:
             raise self.damaged("its sha256 differs from the manifest's")
 
+    def verify_files(self, *, progress: bool = False) -> None:
+        """The table whole (`check_file`), then each shard file against its row."""
+        self.check_file()
+        super().verify_files(progress=progress)
+
 
 def shard_list(location: Location, split: str, info: SplitInfo,
                replaced: Callable[[], None] | None = None) -> ShardList:
@@ -377,4 +405,4 @@ def shard_list(location: Location, split: str, info: SplitInfo,
     raises where the dataset was replaced since it was opened (checked before a table is called damaged)."""
     if info.table:
         return ShardTable(location, split, info.table, records=info.samples, replaced=replaced)
-    return ListedShards(info.shards)
+    return ListedShards(info.shards, location)

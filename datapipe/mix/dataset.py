@@ -11,6 +11,7 @@ import numpy as np
 
 from ..augment.plan import fill_color
 from ..augment.recipe import Recipe
+from ..checks import shown
 from ..formats.base import Dataset
 from .sources import Mix
 from ..records import Fields, Record, Sample
@@ -105,7 +106,8 @@ class MixDataset(Dataset):
         """Mixes are read with the global order: no shard hints."""
 
     def __repr__(self) -> str:
-        return f"MixDataset({self.path}, records={len(self)}, epoch_size={self.mix.epoch_size})"
+        # the names and paths as a repr shows them (a file name's escapes as text, as a Dataset's repr), cut
+        return f"MixDataset({shown(self.path, limit=160)}, records={len(self)}, epoch_size={self.mix.epoch_size})"
 
 
 def refuse_other_fills(dataset: Dataset, default: Recipe) -> None:

@@ -16,6 +16,7 @@ sent with the position to DALI's workers, which never ask the weights function t
 """
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +29,9 @@ from .draws import ShardStream, SourceStream, locate
 from .state import MAX_DRAWS, WEIGHTS_READ, agree, check_block
 from ..order.permutation import derive_key
 from ..order.sharding import EpochOrder, RankBatch, Shard
+from ..storage import redact
 
+log = logging.getLogger(__name__)
 MIX_ORDER = "mix-1"  # the mix's draws' version, saved with every position
 OLD_WEIGHTS = (" (this datapipe reads a float weight as the decimal it is written as, 0.7 as 7/10, where the one "
                "that saved it read the binary float: the counts may differ by one)")
@@ -193,6 +196,7 @@ class MixOrder(EpochOrder):
         refuse_other_classes(saved["classes"], mix.classes)
         done = self.decode(state["samples_done"])
         if done > 0:
+            saved = {**saved, "sources": carried_sources(saved["sources"], mix)}
             refuse_other_mix(saved, self._mine(epoch, counted=False))
             mix.replay(epoch, tuple(saved["counts"]))
             refuse_other_mix(saved, {"counts": list(self.state.counts(epoch))}, old="weights_read" not in saved)
@@ -226,11 +230,24 @@ def refuse_other_classes(saved: list[str], mine: list[str]) -> None:
                          "give the sources in the order they were saved with; new classes may only come after")
 
 
+def carried_sources(saved: list[str], mix: Mix) -> list[str]:
+    """The saved sources' fingerprints; a state saved before image folders had one holds Mix.fingerprint's
+    stand-in 'PATH|RECORDS' for a folder: taken as the folder's fingerprint now, with a warning."""
+    carried = list(saved)
+    for k, dataset in enumerate(mix.datasets):
+        if dataset.fingerprint and carried[k] == f"{dataset.path}|{len(dataset)}":
+            log.warning("resuming mid-epoch over %s from a state without its fingerprint: not checked against changes "
+                        "since it was saved", redact(dataset.path))
+            carried[k] = dataset.fingerprint
+    return carried
+
+
 def refuse_other_mix(saved: dict[str, Any], mine: dict[str, Any], *, old: bool = False) -> None:
     """A mid-epoch position under another mix (sources, their records, weights, epoch size, draws'
     version) would serve other samples: one line naming the first difference. `old`: a state from
     before float weights were read as their decimals, whose counts may differ by that alone."""
-    labels = {"names": "sources", "sources": "source records (a source re-converted or replaced)",
+    labels = {"names": "sources", "sources": "source records (a source re-converted or replaced, or a folder's "
+                                             "files renamed, moved, added or removed)",
               "epoch_size": "epoch_size", "counts": "per-source counts (weights)", "order": "mix draws' version",
               "streams": "ways of reading the sources (sampling, mix_shards)",
               "repeats": "aug_repeats (repeated augmentation)"}

@@ -315,13 +315,17 @@ def _same_class(name: str, source: str, classes: list[str], origin: list[str],
 
 
 def source_names(data: list[str]) -> dict[str, str]:
-    """name -> path: `NAME=PATH` as given, else the path's last part (`in1k.lmdb`, `web.wds`, `photos`),
-    made unique with -2, -3, ... where two are alike."""
+    """name -> path: `NAME=PATH` as given (a name given twice is refused), else the path's last part
+    (`in1k.lmdb`, `web.wds`, `photos`), made unique with -2, -3, ... where two are alike."""
     out: dict[str, str] = {}
     for item in data:
         named = NAMED.match(item)
         if named and "://" not in item.split("=", 1)[0]:
             name, path = named[1], named[2]
+            if name in out:
+                raise ValueError(f"the name {shown(name)} is given to two datasets ({shown(out[name])} and "
+                                 f"{shown(path)}): name each once (NAME=PATH), or leave the names out to have them "
+                                 "made from the paths")
         else:
             path = item
             name = re.sub(r"[^A-Za-z0-9_.-]", "_", item.rstrip("/").rsplit("/", 1)[-1]) or "data"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .dataset_files import open_regular
 from ..names import check_name
 from .cache import CacheFull, ShardCache, default_cache_dir
 from .redaction import redact
@@ -60,8 +61,10 @@ class Location:
             os.close(fd)
 
     def open(self, name: str, *, size: int | None = None, sha256: str | None = None) -> int:
-        """A read-only file descriptor of `name`; the caller closes it."""
-        return os.open(self.file(name), os.O_RDONLY)
+        """A read-only file descriptor of `name` once it proved a regular file (a shard replaced by a FIFO
+        blocked its reader for good; a device was read); the caller closes it."""
+        return open_regular(str(self.file(name)), what="dataset's file",
+                            fix="put back the file the dataset's manifest lists (datapipe verify checks them)")
 
     def prefetch(self, items: list[tuple[str, int | None, str | None]]) -> None:
         """Nothing to fetch on a local disk."""

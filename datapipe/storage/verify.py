@@ -1,5 +1,6 @@
 """Checking cached copies against the manifest's sha256: at download, and again on the first open of
-each copy in each process, so a copy changed on the disk after its download is never served.
+each copy in each process, so a copy changed on the disk after its download is never served; and a
+local dataset's files against their entries (`datapipe verify`).
 
 Why the sha256 itself and not a cheaper checksum recorded at download: on this project's CPU (SHA-NI),
 sha256 reads a page-cached file at ~1.4 GiB/s and zlib's crc32 at ~3 GiB/s (`tools/cache_check_cost.py`,
@@ -9,7 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
+
+from tqdm import tqdm
+
+from .dataset_files import BadDatasetFile, open_regular
 
 CHUNK = 1 << 22
 
@@ -29,6 +35,45 @@ def sha256_file(path: Path) -> str:
         return sha256_fd(fd)
     finally:
         os.close(fd)
+
+
+def file_differs(path: str, size: int, sha256: str | None, what: str = "file") -> str | None:
+    """Why the local file `path` (a `what`) is not the one of `size` bytes and `sha256` (when given)
+    an entry describes, in a few words; None when it is."""
+    try:
+        fd = open_regular(path, what=what, fix="re-convert the dataset")
+    except FileNotFoundError:
+        return "missing"
+    except BadDatasetFile as exc:  # a FIFO, a device, a folder: never read
+        return exc.kind or exc.reason
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    try:
+        found = os.fstat(fd).st_size
+        if found != size:
+            return f"{found:,} bytes, not {size:,}"
+        return "another sha256" if sha256 and sha256_fd(fd) != sha256 else None
+    finally:
+        os.close(fd)
+
+
+def refuse_differing_files(where: str, files: Iterable[tuple[str, str, int, str | None]], *, count: int, total: int,
+                           what: str, source: str, progress: bool = False) -> None:
+    """Each of `files` (path, name, size, sha256; `count` of them, `total` bytes, a progress bar over
+    them) against `file_differs`: ValueError, one line naming the first three that differ (`source`
+    gave their entries) and counting the rest; nothing where none does."""
+    bad, shown = 0, []
+    with tqdm(total=total, desc=f"verify {what}s", unit="B", unit_scale=True, disable=not progress) as bar:
+        for path, name, size, sha256 in files:
+            why = file_differs(path, size, sha256, what)
+            bad += why is not None
+            if why and len(shown) < 3:
+                shown.append(f"{name}: {why}")
+            bar.update(size)
+    if bad:
+        more = f"; and {bad - len(shown):,} more" if bad > len(shown) else ""
+        raise ValueError(f"{where}: {bad:,} of {count:,} {what}s differ from {source}: {'; '.join(shown)}{more}; the "
+                         f"{what}s or {source} changed since the conversion: re-convert the dataset")
 
 
 class CheckedCopies:

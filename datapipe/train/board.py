@@ -20,7 +20,8 @@ from ..errors import counted
 
 log = logging.getLogger("datapipe.train")
 AUTO, OFF = "auto", "off"
-EPOCH_SCALARS = ("train_loss", "train_acc", "val_acc", "ema_val_acc", "images_per_s", "data_wait_pct", "lr")
+EPOCH_SCALARS = ("train_loss", "train_acc", "val_acc", "ema_val_acc", "images_per_s", "data_wait_pct", "lr",
+                 "pool_workers")
 HPARAM_METRICS = ("epoch/train_loss", "epoch/train_acc", "epoch/val_acc", "epoch/ema_val_acc")
 INTERVAL, EPOCH, HPARAMS = "train/", "epoch/", "_hparams_/"  # tag prefixes
 RECORD = struct.Struct("<QI")  # a TFRecord: length, its masked crc32c, the bytes, their masked crc32c
@@ -92,14 +93,17 @@ def drop_past(folder: Path, step: int, epoch: int) -> None:
     from google.protobuf.message import DecodeError
     from tensorboard.compat.proto.event_pb2 import Event
 
-    def stale(event: Any) -> bool:
+    def past(event: Any) -> bool:
         tags = [value.tag for value in event.summary.value]
-        return any(tag.startswith(HPARAMS) or (tag.startswith(INTERVAL) and event.step > step)
-                   or (tag.startswith(EPOCH) and event.step >= epoch) for tag in tags)
+        return any((tag.startswith(INTERVAL) and event.step > step) or (tag.startswith(EPOCH) and event.step >= epoch)
+                   for tag in tags)
+
+    def settings(event: Any) -> bool:
+        return any(value.tag.startswith(HPARAMS) for value in event.summary.value)
 
     for file in sorted(folder.glob("*tfevents*")):
         data = file.read_bytes()
-        kept, at, dropped = [], 0, 0
+        kept, at, dropped, settings_dropped = [], 0, 0, 0
         while at + RECORD.size <= len(data):
             length = RECORD.unpack_from(data, at)[0]
             end = at + RECORD.size + length + 4
@@ -109,13 +113,16 @@ def drop_past(folder: Path, step: int, epoch: int) -> None:
                 event = Event.FromString(data[at + RECORD.size:end - 4])
             except DecodeError:  # not an event: the rest of the file is kept untouched
                 break
-            if stale(event):
+            if past(event):
                 dropped += 1
+            elif settings(event):
+                settings_dropped += 1
             else:
                 kept.append(data[at:end])
             at = end
-        if dropped:
+        if dropped or settings_dropped:
             with atomic_write(file, needs=len(data), tmp_stem=".datapipe-rewrite") as fh:
                 fh.write(b"".join(kept) + data[at:])
+        if dropped:  # the settings are written again by every run: only events past the resume point are news
             log.info("%s: %s past the resumed step %d / epoch %d removed", file.name, counted(dropped, "event"), step,
                      epoch)

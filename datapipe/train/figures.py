@@ -40,9 +40,17 @@ def end_line(ended: str, *, steps: int, epochs_done: int, epochs: int, max_steps
     head = f"datapipe train {how}: {counted(steps, 'step')}, {epochs_done} of {counted(epochs, 'epoch')} finished"
     if last is None:
         return head + "; no step trained"
-    shown = {k: "n/a" if last.get(k) is None else f"{last[k]:{spec}}"
+    return f"{head}; {epoch_summary(last)}"
+
+
+def epoch_summary(record: dict[str, Any]) -> str:
+    """'epoch 0: loss 1.0986, acc 0.375, val_acc n/a, 85 img/s, data wait 12.3% (dataloader)': a
+    metrics.jsonl record for a log line (the record itself is in the file)."""
+    shown = {k: "n/a" if record.get(k) is None else f"{record[k]:{spec}}"
              for k, spec in (("train_loss", ".4f"), ("train_acc", ".3f"), ("val_acc", ".3f"),
                              ("images_per_s", ".0f"), ("data_wait_pct", ".1f"))}
-    part = f" (unfinished: {counted(last['images'], 'image')})" if last.get("partial") else ""
-    return (f"{head}; epoch {last['epoch']}{part}: loss {shown['train_loss']}, acc {shown['train_acc']}, val_acc "
-            f"{shown['val_acc']}, {shown['images_per_s']} img/s, data wait {shown['data_wait_pct']}% ({last['backend']})")
+    part = f" (unfinished: {counted(record['images'], 'image')})" if record.get("partial") else ""
+    pool = f", pool {record['pool_workers']}" if record.get("pool_workers") is not None else ""
+    return (f"epoch {record['epoch']}{part}: loss {shown['train_loss']}, acc {shown['train_acc']}, val_acc "
+            f"{shown['val_acc']}, {shown['images_per_s']} img/s, data wait {shown['data_wait_pct']}% "
+            f"({record['backend']}{pool})")

@@ -17,6 +17,7 @@ from ..storage import redact
 from .config import TrainConfig
 
 log = logging.getLogger("datapipe.train")
+MIX_SHOWN = 8  # sources the run's mix line names
 WHY_LABELS = ("datapipe train trains a classifier: give it a labelled dataset (class folders, .cls members, a label "
               "column)")
 
@@ -37,8 +38,18 @@ def build_loaders(config: TrainConfig, device: torch.device) -> tuple[Loader, Lo
                         persistent_workers=config.backend != "ray", **common)
     log.info("image size: train %s, eval %d", sizes_text(config.image_size), config.eval_size)
     if train.mix is not None:
-        log.info("mix: %s", "; ".join(f"{r['source']} {r['weight']:.3f} ({r['draws']} an epoch)" for r in train.mix.table(0)))
+        log.info("mix: %s", mix_text(train.mix))
     return train, _val_loader(config, common, train.mix)
+
+
+def mix_text(mix: Mix) -> str:
+    """Each source's share and draws an epoch, for the run's log: the first MIX_SHOWN sources, then how
+    many more (a mix of hundreds of sources was one line of ~28 characters a source)."""
+    rows = mix.table(0)
+    text = "; ".join(f"{r['source']} {r['weight']:.3f} ({r['draws']:,} an epoch)" for r in rows[:MIX_SHOWN])
+    if len(rows) > MIX_SHOWN:
+        text += f"; and {len(rows) - MIX_SHOWN} more (`datapipe info` with the run's data, --weights and --epoch-size)"
+    return text
 
 
 def paths(config: TrainConfig) -> list[str]:

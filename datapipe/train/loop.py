@@ -31,7 +31,7 @@ from .clock import make_clock
 from .config import TrainConfig, hparams, warmup_cosine
 from .ddp import DistEnv, all_max, all_sum, gather_strings, setup, teardown
 from .ema import ModelEma
-from .figures import EpochSums, end_line, finite
+from .figures import EpochSums, end_line, epoch_summary, finite
 from .guard import NonFiniteGuard
 from .loaders import build_loaders
 from .models import build_model, check_image_sizes
@@ -90,6 +90,7 @@ class Trainer(CheckpointedRun):
         self.nonfinite = self.skipped = 0  # non-finite losses, skipped steps before this process (checkpoint)
         self.metrics: list[dict[str, Any]] = []
         self._logged_images = 0  # sums.images at the last log line (rank 0's interval figures)
+        self._pool_mark = 0  # the pool's size history (backend ray) from the entry in force at the epoch's start
         if saved is not None:
             self._restore(saved)
         resume_at = (self.step, self.epoch) if saved is not None else None  # events past it are dropped
@@ -244,8 +245,10 @@ class Trainer(CheckpointedRun):
         log.info("epoch %d step %d loss %.4f acc %.3f lr %.4g %.0f img/s", self.epoch, self.step, loss_sum / images,
                  correct / images, lr, rate)
         if self.board is not None:
+            pool = self.loader.pool_history
             self.board.interval(self.step, loss=loss_sum / images, accuracy=correct / images, lr=lr,
-                                images_per_s=rate, data_wait_pct=100 * wait / max(seconds, 1e-9))
+                                images_per_s=rate, data_wait_pct=100 * wait / max(seconds, 1e-9),
+                                **({"pool_workers": pool[-1][1]} if pool else {}))
 
     def _fold_clock(self) -> tuple[float, float]:
         """The clock's (idle, elapsed) seconds since it was last read, added to the epoch's sums."""
@@ -307,7 +310,16 @@ class Trainer(CheckpointedRun):
                 "eval_size": self.config.eval_size, "lr": self.scheduler.get_last_lr()[0], "steps": self.step,
                 "seconds": seconds, "nonfinite_losses": nonfinite,
                 "skipped_steps": self.skipped + int(self.guard.skipped.item()),
-                "skipped_records": len(self.loader.skipped)}
+                "skipped_records": len(self.loader.skipped), **self._pool_sizes()}
+
+    def _pool_sizes(self) -> dict[str, Any]:
+        """A pool's size at the epoch's end and each size it had in the epoch (backend ray; pool_workers="auto"
+        resizes it), or nothing for backends without a pool."""
+        history = self.loader.pool_history
+        if not history:
+            return {}
+        sizes = [size for _, size in history[min(self._pool_mark, len(history) - 1):]]
+        return {"pool_workers": sizes[-1], "pool_sizes": sizes}
 
     def _finish_epoch(self) -> None:
         val_acc = self.evaluate()
@@ -315,11 +327,12 @@ class Trainer(CheckpointedRun):
         record = self._record(val_acc, ema_val_acc, agreed=True, nonfinite=self.nonfinite + self.guard.check(self.epoch))
         self.metrics.append(record)
         if self.env.is_main:
-            log.info("epoch %d: %s", self.epoch, json.dumps(record))
+            log.info("%s", epoch_summary(record))
             if self.board is not None:  # before the checkpoint: a resume drops what it lacks
                 self.board.epoch(self.epoch, record)
         self.epoch += 1
         self.sums, self._running = EpochSums(), None
+        self._pool_mark = len(self.loader.pool_history or [None]) - 1
         self.loader.set_epoch(self.epoch)
         self._save()
         if self.env.is_main:  # after the checkpoint: metrics.jsonl never runs ahead of it

@@ -170,3 +170,16 @@ def test_a_loaders_schedule_that_raises_later_is_one_line_naming_the_epoch(clean
         loader.image_size_at(2)
     assert isinstance(refused.value.__cause__, IndexError)
     assert size_schedule(size_schedule(lambda epoch: 32))(7) == 32  # wrapped once: a ValueError is not re-wrapped
+
+
+@pytest.mark.parametrize("schedule", [{0: 16, 1: 24}, {"0": 16, "1": 24}, [16, 24]])
+def test_make_loader_takes_a_step_schedule_as_data(packed_lmdb, schedule):
+    """As --image-size-schedule's file does: it was refused, "image_size must be an int"."""
+    from datapipe import make_loader
+
+    loader = make_loader(packed_lmdb, batch_size=4, image_size=schedule, backend="threads", num_workers=0)
+    sides = []
+    for _ in range(3):
+        sides.append(next(iter(loader)).images.shape[-1])
+        loader.set_epoch(loader.epoch + 1)
+    assert sides == [16, 24, 24]

@@ -62,6 +62,7 @@ def test_train_bench_and_convert_refuse_a_port_where_nothing_listens_in_one_line
     line = one_error_line(datapipe("convert", str(src), str(tmp_path / "c.wds"), "--engine", "ray", "--ray-address",
                                    address, env=clean_env(tmp_path)), "convert")
     assert address in line and "nothing answers there" in line
+    assert not (tmp_path / "c.wds.partial").exists()  # was left empty: the next run asked for --resume or --overwrite
 
 
 def test_a_name_that_does_not_resolve_is_one_line(packed_lmdb, tmp_path):
@@ -100,6 +101,18 @@ def test_an_address_that_is_not_one_is_named():
         with pytest.raises(RayUnreachable, match="is not a Ray address: give HOST:PORT") as err:
             join(ray, bad, timeout_s=1.0)
         assert "\x1b" not in str(err.value)
+
+
+@pytest.mark.parametrize("address", ["admin:s3cr3t/Pw@127.0.0.1:1", "ray://admin:s3cr3t/Pw@127.0.0.1:1"])
+def test_an_address_with_a_password_is_refused_without_showing_it(address):
+    """doctor --ray printed "the name admin:PW@127.0.0.1 does not resolve": the password, and a wrong cause."""
+    from datapipe.doctor.cluster import ray_checks
+
+    with pytest.raises(RayUnreachable, match="carries a user or password") as err:
+        join(ray, address, timeout_s=1.0)
+    [check] = ray_checks(address)
+    for text in (str(err.value), str(check.value)):
+        assert "s3cr3t" not in text and "Pw" not in text and "127.0.0.1:1" in text
 
 
 HEAD = """

@@ -8,6 +8,8 @@ injected), and non-persistent pools taking turns on a full cluster; and first, b
 loader that started its own Ray leaves no Ray process."""
 from __future__ import annotations
 
+import json
+
 import gc
 import os
 import re
@@ -207,6 +209,7 @@ def test_auto_grows_while_the_trainer_starves_and_shrinks_while_it_trains(cluste
         clock.t += 100.0
     same(got, batches(threads))
     assert [size for _, size in loader.pool.size_history] == [1, 2, 1] and loader.pool.requested == 1
+    assert [size for _, size in loader.pool_history] == [1, 2, 1]  # what datapipe train reports (#48 row 10)
     assert max(leaving) == 1 and loader.pool.leaving == []  # it left with leases out, all received
     assert loader.pool.reissued == 0 and loader.local_batches == 0
     assert sorted(dead(h) for h in handles) == [False, True]
@@ -310,6 +313,26 @@ def test_datapipe_train_builds_both_ray_loaders_non_persistent_with_its_pool_opt
     loaders = build_loaders(config, torch.device("cpu"))
     assert [(lo.options.persistent_workers, lo.pool.members) for lo in loaders] == [(False, [])] * 2
     assert [(lo.options.pool_workers, lo.options.pool_resources) for lo in loaders] == [("auto", (("node", 1.0),))] * 2
+
+
+def test_datapipe_train_reports_the_pools_size_in_metrics_jsonl_and_tensorboard(cluster, packed_lmdb, tmp_path):
+    """#48 row 10: nothing in the logs, metrics.jsonl or summary showed the pool's size."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from datapipe.train.config import TrainConfig
+    from datapipe.train.loop import train
+
+    room_back()
+    config = TrainConfig(data=str(packed_lmdb), out=str(tmp_path), model="resnet18", epochs=1, batch_size=4,
+                         image_size=32, workers=1, backend="ray", pool_workers=1, log_every=2,
+                         tensorboard=str(tmp_path / "tb"))
+    metrics = train(config)
+    assert (metrics[0]["pool_workers"], metrics[0]["pool_sizes"]) == (1, [1])
+    line = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert (line["pool_workers"], line["pool_sizes"]) == (1, [1])
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert {"epoch/pool_workers", "train/pool_workers"} <= set(events.Tags()["scalars"])
+    assert [e.value for e in events.Scalars("epoch/pool_workers")] == [1.0]
 
 
 def test_a_node_removed_mid_epoch_the_epoch_still_exact(cluster, packed_lmdb, within):

@@ -83,4 +83,4 @@ def test_no_row_with_a_figure_exits_non_zero_with_the_reason_in_one_line(packed_
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert done.stderr.startswith("datapipe bench: error: no row produced a figure; 2 of 2 rows say, like "
                                   "fixture.lmdb pipeline threads: too short: 0 batches per worker timed")
-    assert "fixture.lmdb is too short to time 2 row(s): they need >= 3,456 records" in done.stdout
+    assert "fixture.lmdb is too short to time 2 rows: they need >= 3,456 records" in done.stdout

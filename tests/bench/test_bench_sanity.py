@@ -54,7 +54,7 @@ def test_a_loader_row_needs_50_batches_per_worker_after_the_warm_up():
     assert line.split()[4] == "-" and line.endswith(short.note)  # no figure in the img/s column
     assert document([short], {}, {})["results"][0]["images_per_s"] is None
     assert short_data_lines([reference, short]) == [
-        "d.lmdb is too short to time 1 row(s): they need >= 832 records at this --batch-size, or a smaller "
+        "d.lmdb is too short to time 1 row: they need >= 832 records at this --batch-size, or a smaller "
         "--batch-size (their notes say why)"]
 
 

@@ -151,7 +151,7 @@ def test_plot_has_a_legend_and_the_verdict_words(tmp_path):
     short = Row("d.lmdb", "lmdb", "pipeline", "dali", 0.0, note="too short: x")
     (ax,) = figure(rows + [short], "t", found[:1]).axes  # the one verdict on a shown bar: region helps
     assert [t.get_text() for t in ax.get_legend().get_texts()][-1:] == ["verdict: helps"]
-    assert "1 row(s) without a figure (too short, failed or skipped) left out" in ax.get_xlabel()
+    assert "1 row without a figure (too short, failed or skipped) left out" in ax.get_xlabel()
     plot(tmp_path / "b.png", rows, "t", found)
     assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -92,3 +92,18 @@ def test_a_folder_inside_a_mix_changed_mid_epoch_is_refused_in_one_line(folder, 
                                          r".*\['folder listing [0-9a-f]{32}'.* this mix has \['folder listing ") as caught:
         loader_of(mix(), tmp_path).load_state_dict(state)
     assert "\n" not in str(caught.value)
+
+
+def test_a_mix_state_saved_before_folders_had_a_fingerprint_still_resumes_with_a_warning(folder, packed_lmdb,
+                                                                                         tmp_path, caplog):
+    """The datapipe before stood 'PATH|RECORDS' in for a folder's fingerprint in a mix's state."""
+    def mix() -> Mix:
+        return Mix({"fo": str(folder), "lm": str(packed_lmdb)}, epoch_size=24, cache_dir=tmp_path / "c")
+    state, rest = saved_after(loader_of(mix(), tmp_path), 2)
+    folder_records = len(open_dataset(folder))
+    state["mix"]["sources"][0] = f"{folder}|{folder_records}"
+    again = loader_of(mix(), tmp_path)
+    with caplog.at_level(logging.WARNING):
+        again.load_state_dict(state)
+    assert any("from a state without its fingerprint" in r.getMessage() for r in caplog.records)
+    assert [b.indices.tolist() for b in again] == rest

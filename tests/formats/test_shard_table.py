@@ -9,6 +9,8 @@ import json
 import pickle
 import re
 import shutil
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -347,3 +349,28 @@ def test_a_local_table_claiming_a_crafted_count_is_refused_in_one_line_without_m
     finally:
         tracemalloc.stop()
     assert peak < 2 << 20, peak  # as an honest open (~1 MiB: the manifest's read); the head claimed: 7 GB
+
+
+SPARSE_UNDER_A_CAP = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+from datapipe.formats import open_dataset
+try:
+    open_dataset(sys.argv[1])
+except ValueError as exc:
+    sys.exit(str(exc))
+"""
+
+
+def test_a_table_past_the_address_space_is_read_unmapped_in_chunks(packed_wds, tmp_path):
+    """A 5.2 GB (sparse) table of the size its count implies, under a 3 GiB address-space cap (ulimit -v):
+    the map fails, the 7 MB head comes by pread in chunks and is refused by its sha256, in one line (the
+    map's OSError was a traceback)."""
+    folder = claiming(packed_wds, tmp_path / "sparse.wds", 10 ** 8)
+    with open(folder / "train.shards.bin", "r+b") as fh:
+        fh.truncate(Layout(10 ** 8).size)
+    done = subprocess.run([sys.executable, "-c", SPARSE_UNDER_A_CAP, str(folder)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1 and done.stdout == "", done.stderr
+    assert re.fullmatch(f"{re.escape(str(folder / 'train.shards.bin'))}: its head differs from the manifest's "
+                        f"head_sha256{ONE_LINE}\n", done.stderr), done.stderr

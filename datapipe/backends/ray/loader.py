@@ -114,6 +114,10 @@ class RayLoader(Loader):
         self._finalizer()
 
     @property
+    def pool_history(self) -> list[tuple[int, int]]:
+        return list(self.pool.size_history)
+
+    @property
     def window(self) -> int:
         return self.options.prefetch_factor * max(1, len(self.pool.members))
 
@@ -181,9 +185,12 @@ class RayLoader(Loader):
         if wanted > size:
             for member in self.pool.check():
                 self._reissue(member, leases)
-            self.pool.grow(self.received)
-        elif wanted < size:
-            self.pool.shrink(self.received)
+            if self.pool.grow(self.received):
+                log.info("backend='ray': the pool grew to %d actors (the trainer waited %.0f%% of the last %d "
+                         "batches)", self.pool.size, 100 * window.wait, self.sizing.window)
+        elif wanted < size and (self.pool.shrink(self.received) or self.pool.size < size):
+            log.info("backend='ray': the pool shrank to %d actors (the trainer waited %.0f%% of the last %d "
+                     "batches)", self.pool.size, 100 * window.wait, self.sizing.window)
 
     def _issue(self, lease: Lease, leases: deque[Lease]) -> None:
         """Lease `lease` to the least busy member; with none left, decode it here (the fallback)."""
