@@ -11,6 +11,8 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Callable
 
+from ..checks import shown
+
 
 @dataclass(frozen=True)
 class Situation:
@@ -37,12 +39,41 @@ class BackendSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier() or self.name == "auto":
             raise ValueError(f"a backend's name must be an identifier other than 'auto', got {self.name!r}")
+        named = isinstance(self.loader, str) and all(
+            part.isidentifier() for part in [*self.loader.partition(":")[0].lstrip(".").split("."),
+                                             self.loader.partition(":")[2]])
+        if not (isinstance(self.loader, type) or named):
+            raise ValueError(f"backend {self.name!r}: loader must be a Loader subclass or 'module:Class' (a module "
+                             f"under datapipe.backends when it starts with a dot), got {shown(self.loader)}")
+        if self.auto is not None and not callable(self.auto):
+            raise ValueError(f"backend {self.name!r}: auto must be a function of the Situation (a reason, or None), "
+                             f"got {shown(self.auto)}")
+        if type(self.auto_rank) is not int:
+            raise ValueError(f"backend {self.name!r}: auto_rank must be an int, got {shown(self.auto_rank)}")
 
     def loader_class(self) -> type:
-        if not isinstance(self.loader, str):
-            return self.loader
-        module, _, attribute = self.loader.partition(":")
-        return getattr(importlib.import_module(module, "datapipe.backends"), attribute)
+        """The Loader subclass, imported now when named "module:Class"; a ValueError naming the backend
+        when its module or class is not there or the class is not a Loader (torch is imported here)."""
+        from .base import Loader
+
+        found: object = self.loader
+        if isinstance(self.loader, str):
+            module, _, attribute = self.loader.partition(":")
+            full = importlib.util.resolve_name(module, "datapipe.backends")
+            try:
+                found = getattr(importlib.import_module(full), attribute)
+            except ModuleNotFoundError as exc:
+                if exc.name is None or not (full == exc.name or full.startswith(exc.name + ".")):
+                    raise  # the module is there; something it imports is not (DALI, Ray): that error's words
+                raise ValueError(f"backend {self.name!r}: its loader's module {full!r} is not installed "
+                                 f"(loader={self.loader!r})") from None
+            except AttributeError:
+                raise ValueError(f"backend {self.name!r}: module {full!r} has no {attribute!r} "
+                                 f"(loader={self.loader!r})") from None
+        if not (isinstance(found, type) and issubclass(found, Loader)):
+            raise ValueError(f"backend {self.name!r}: its loader {shown(found)} is not a subclass of "
+                             "datapipe.backends.base.Loader")
+        return found
 
 
 _BACKENDS: dict[str, BackendSpec] = {}
@@ -92,7 +123,14 @@ def choose(backend: str, situation: Situation) -> tuple[str, str]:
     if backend != "auto":
         return backend_spec(backend).name, "requested"
     for spec in sorted((s for s in _BACKENDS.values() if s.auto is not None), key=lambda s: s.auto_rank):
-        reason = spec.auto(situation)  # type: ignore[misc]
+        try:
+            reason = spec.auto(situation)  # type: ignore[misc]
+        except Exception as exc:  # noqa: BLE001 - a registered rule's own bug, named
+            raise ValueError(f"backend {spec.name!r}: its auto rule raised {shown(exc)} for {situation}; fix the "
+                             "rule, or name a backend") from exc
+        if reason is not None and not isinstance(reason, str):
+            raise ValueError(f"backend {spec.name!r}: its auto rule gave {shown(reason)} for {situation}; it must "
+                             "give the reason (a str) or None")
         if reason is not None:
             return spec.name, reason
     raise ValueError(f"no registered backend accepts this situation ({situation}); name one of {backend_names()}")

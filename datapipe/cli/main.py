@@ -8,6 +8,7 @@ import logging
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from typing import NoReturn
 
 from ..backends.registry import backend_choices, backend_names, local_backends
 from ..errors import ExpectedError
@@ -16,6 +17,7 @@ from .doctor import add_doctor
 from .mix import add_mix_arguments, mix_lines, source_of_args
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+SHOWN_LINE = 1000  # characters of an error's line at most (the adversarial harness's rule: no longer line)
 _UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 1 << 10, "mi": 1 << 20,
           "gi": 1 << 30, "ti": 1 << 40}
 
@@ -422,9 +424,20 @@ def _run_preview(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's usage errors quote what was given (an unknown argument, a bad choice): that quote is
+    redacted (a URL's password) and shown as a terminal line (_shown), as the commands' own errors are."""
+
+    def error(self, message: str) -> NoReturn:
+        from ..storage.redaction import redact
+
+        self.print_usage(sys.stderr)
+        self.exit(2, _shown(redact(f"{self.prog}: error: {message}")) + "\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="datapipe", description="Pack image datasets (LMDB, HDF5, WebDataset), "
-                                     "check and describe them, and measure, preview and train on their loaders.")
+    parser = _Parser(prog="datapipe", description="Pack image datasets (LMDB, HDF5, WebDataset), "
+                     "check and describe them, and measure, preview and train on their loaders.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_convert(sub)
@@ -470,9 +483,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _shown(message: str) -> str:
     """An error as the terminal gets it: a name from a dataset or a file cannot move the cursor, retitle
-    or clear it (control characters shown as escapes, line breaks kept), nor fill the screen (cut)."""
+    or clear it (control characters shown as escapes, line breaks kept), nor fill the screen (each line
+    cut to SHOWN_LINE characters)."""
     from ..errors import plain
-    return "\n".join(plain(line, limit=2000) for line in message.split("\n")[:20])
+    return "\n".join(plain(line, limit=SHOWN_LINE) for line in message.split("\n")[:20])
 
 
 def staging_exists(dst: str) -> bool:

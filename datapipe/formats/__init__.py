@@ -14,7 +14,7 @@ from . import hdf5, lmdb, wds
 from .trusted import check_sha256
 from .base import Dataset, DatasetReplaced, Writer
 from .folder import FolderDataset
-from .kinds import DatasetKind, dataset_kinds, kind_of, register_kind, unregister_kind
+from .kinds import DatasetKind, dataset_kinds, kind_of, opened, register_kind, unregister_kind
 from .parquet import ParquetDataset, is_parquet_pattern
 from .wds_foreign import ForeignShardsDataset, shard_folder
 
@@ -182,7 +182,7 @@ def open_dataset(path: str | Path, split: str = "train", *, cache_dir: str | Pat
         check_sha256(path, sha256)
     kind = kind_of(path)
     if kind is not None:
-        return kind.open(path, split, cache_dir=cache_dir, cache_limit=cache_limit)
+        return opened(kind, kind.open(path, split, cache_dir=cache_dir, cache_limit=cache_limit))
     path = Path(path)
     staging = staging_path(path)
     if not path.exists():

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from ..checks import shown
+from ..errors import ExpectedError
+
 if TYPE_CHECKING:
     from .base import Dataset
 
@@ -28,6 +31,12 @@ class DatasetKind:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"a dataset kind's name must be a non-empty str, got {self.name!r}")
+        for field in ("claims", "open"):
+            if not callable(getattr(self, field)):
+                raise ValueError(f"dataset kind {self.name!r}: {field} must be a function, got "
+                                 f"{shown(getattr(self, field))}")
+        if type(self.rank) is not int:
+            raise ValueError(f"dataset kind {self.name!r}: rank must be an int, got {shown(self.rank)}")
 
 
 _KINDS: dict[str, DatasetKind] = {}
@@ -52,5 +61,26 @@ def dataset_kinds() -> tuple[DatasetKind, ...]:
 
 
 def kind_of(path: "str | Path") -> DatasetKind | None:
-    """The first kind, by rank, that claims `path`; None when none does."""
-    return next((kind for kind in dataset_kinds() if kind.claims(path)), None)
+    """The first kind, by rank, that claims `path`; None when none does. A claims test that raises what
+    the library speaks in (ValueError, OSError, ExpectedError) is let through; anything else is the
+    kind's own bug: a ValueError naming it."""
+    for kind in dataset_kinds():
+        try:
+            if kind.claims(path):
+                return kind
+        except (ValueError, OSError, ExpectedError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a registered kind's own bug, named
+            raise ValueError(f"dataset kind {kind.name!r}: its claims test raised {shown(exc)} for "
+                             f"{shown(str(path))}; fix or unregister the kind") from exc
+    return None
+
+
+def opened(kind: DatasetKind, dataset: object) -> "Dataset":
+    """What `kind.open` gave, when it is a Dataset; else a ValueError naming the kind."""
+    from .base import Dataset
+
+    if not isinstance(dataset, Dataset):
+        raise ValueError(f"dataset kind {kind.name!r}: its open gave {shown(dataset)}, not a "
+                         "datapipe.formats.base.Dataset")
+    return dataset
