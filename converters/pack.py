@@ -24,6 +24,7 @@ from tqdm import tqdm
 from datapipe.image.decode import AWKWARD, VALIDATION, check_image
 from datapipe.formats import FormatSpec, format_for, staging_path
 from datapipe.image.headers import BadImageError
+from datapipe.ray_setup import RayUnreachable
 from datapipe.records import Fields, Manifest, Record, SplitInfo, record_digest
 from datapipe.resources import cpus_per_rank
 from datapipe.storage import RemoteStore, is_url, redact
@@ -317,8 +318,8 @@ def _convert_sharded(src: str | Path, dst: Path, staging: Path, task_list: TaskL
     except StrictStop:
         remove(staging)
         raise
-    except BaseException:  # a fresh staging folder still empty (a Ray cluster that did not answer) is not a
-        if fresh and not any(staging.iterdir()):  # conversion to --resume: the next run starts clean
+    except RayUnreachable:  # no cluster answered: nothing was converted, so nothing is kept for --resume
+        if fresh and not any(staging.iterdir()):
             remove(staging)
         raise
     publish(staging, staging, dst)

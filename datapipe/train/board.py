@@ -11,12 +11,13 @@ a series' later points only when a smaller step of that series comes in)."""
 from __future__ import annotations
 
 import logging
+import os
 import struct
 from pathlib import Path
 from typing import Any
 
-from ..storage.durable import atomic_write
-from ..errors import counted
+from ..storage.durable import NotOwnFile, atomic_write, open_own
+from ..errors import counted, plain
 
 log = logging.getLogger("datapipe.train")
 AUTO, OFF = "auto", "off"
@@ -86,6 +87,18 @@ class Board:
         self.writer.close()
 
 
+def _event_bytes(file: Path) -> bytes | None:
+    """The bytes of an event file; None (and a warning) for a link, FIFO, device or folder named like one,
+    which TensorBoard did not write: left as it is, never read (a FIFO blocked, /dev/zero filled memory)."""
+    try:
+        fd = open_own(file, os.O_RDONLY, what="TensorBoard event file")
+    except NotOwnFile:
+        log.warning("%s: not a plain file, so not an event file this run wrote: left as it is", plain(str(file)))
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
 def drop_past(folder: Path, step: int, epoch: int) -> None:
     """Remove from the event files in `folder` the crashed run's events past a resume point: `train/`
     scalars after `step`, `epoch/` scalars from `epoch` on, the settings (the resumed run writes them
@@ -102,7 +115,9 @@ def drop_past(folder: Path, step: int, epoch: int) -> None:
         return any(value.tag.startswith(HPARAMS) for value in event.summary.value)
 
     for file in sorted(folder.glob("*tfevents*")):
-        data = file.read_bytes()
+        data = _event_bytes(file)
+        if data is None:
+            continue
         kept, at, dropped, settings_dropped = [], 0, 0, 0
         while at + RECORD.size <= len(data):
             length = RECORD.unpack_from(data, at)[0]
