@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from ..storage.durable import write_text
+from ..errors import counted
 from ..storage import redact
 from . import checkpoint, metrics_log
 from .board import Board
@@ -35,7 +36,7 @@ from .figures import EpochSums, end_line, epoch_summary, finite
 from .guard import NonFiniteGuard
 from .loaders import build_loaders
 from .models import build_model, check_image_sizes
-from .objective import Criterion, count_correct
+from .objective import Criterion, count_correct, unlabelled
 from .out_lock import out_lock
 from .optim import build_optimizer
 from .preempt import Preempted, Preemption
@@ -180,7 +181,7 @@ class Trainer(CheckpointedRun):
                 loss, correct = self._forward_backward(batch, sync=boundary)
                 sums[0] += self.guard.observe(loss, self.step) * len(batch.labels)
                 sums[1] += correct
-                sums[2] += (batch.labels < 0).sum()  # label -1: none (never in soft targets)
+                sums[2] += unlabelled(batch.labels)
                 self.sums.images += len(batch.labels)
                 if profiler is not None:
                     profiler.step()
@@ -270,7 +271,8 @@ class Trainer(CheckpointedRun):
         read of the device (a log line, a checkpoint, the epoch's end), agreed over ranks."""
         found = int(all_sum([float(sums[2].item())], self.device)[0])
         if found:
-            raise ValueError(f"{found} train record(s) without a label (-1) in epoch {self.epoch} by step {self.step}"
+            raise ValueError(f"{counted(found, 'train sample')} without a label (-1, or mixed with one) in epoch "
+                             f"{self.epoch} by step {self.step}"
                              f" ({redact(self.loader.dataset.path)}): datapipe train trains a classifier and every "
                              "record needs a label: label them (a .cls member each) or leave them out")
 

@@ -40,3 +40,11 @@ def count_correct(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     (for a mixed image, the one with the larger share; timm's train accuracy is not defined there)."""
     target = labels.argmax(1) if is_soft(labels) else labels
     return (logits.argmax(1) == target).sum().float()
+
+
+def unlabelled(labels: torch.Tensor) -> torch.Tensor:
+    """Samples without a label, as a device tensor (no sync): label -1; in soft targets (mixup, cutmix,
+    smoothing) a row summing under 1, the batch stage's zeros for a -1 record and its mixing partner's."""
+    if labels.ndim == 1:
+        return (labels < 0).sum()
+    return (labels.sum(dim=1) < 0.999).sum()

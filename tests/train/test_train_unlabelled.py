@@ -75,6 +75,16 @@ def test_records_without_a_label_in_a_labelled_dataset_are_refused_at_the_first_
     """Batch 4 over samples whose every third has no .cls: the first step meets one; log_every 1 reads
     the device after it. (The loss ignored it: no IndexError on the way.)"""
     run = config(some_unlabelled, tmp_path, epochs=1, batch_size=4, image_size=16, log_every=1, workers=0)
-    with pytest.raises(ValueError, match=r"^\d+ train record\(s\) without a label \(-1\) in epoch 0 by step \d+ .*"
-                                         r"every record needs a label"):
+    with pytest.raises(ValueError, match=r"^\d+ train samples? without a label \(-1, or mixed with one\) in epoch 0 "
+                                         r"by step \d+ .*every record needs a label"):
+        train(run)
+
+
+@pytest.mark.parametrize("recipe", ["deit", "tv-v2"])
+def test_records_without_a_label_under_soft_targets_are_refused_too(some_unlabelled, tmp_path, recipe):
+    """Mixup/cutmix and smoothing turn labels into soft rows: a -1 record's row was counted as labelled,
+    and the run trained on without a word (the batch stage gives it zeros; the adversarial pass found it)."""
+    run = config(some_unlabelled, tmp_path, epochs=1, batch_size=4, image_size=16, log_every=1, workers=0,
+                 recipe=recipe)
+    with pytest.raises(ValueError, match=r"without a label \(-1, or mixed with one\)"):
         train(run)
