@@ -15,7 +15,7 @@ import torch
 
 from datapipe import make_loader, open_dataset
 
-from datapipe.cli import main as cli
+from datapipe import cli
 from datapipe.formats.inspect import describe
 from datapipe.storage import RemoteStore, RetryPolicy, StoreError, StoreUnavailable, redact
 from datapipe.storage.urls import refusal_status
