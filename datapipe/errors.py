@@ -88,9 +88,10 @@ def plain(text: object, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def counted(n: int, word: str, plural: str | None = None) -> str:
-    """'1 shard', '2 shards', '3 classes' (with `plural` given)."""
-    return f"{n} {word if n == 1 else plural or word + 's'}"
+def counted(n: float, word: str, plural: str | None = None) -> str:
+    """'1 shard', '2 shards', '3 classes' (with `plural` given), '0.5 CPUs' (a float as %g)."""
+    shown = f"{n:g}" if isinstance(n, float) else f"{n}"
+    return f"{shown} {word if n == 1 else plural or word + 's'}"
 
 
 def human_size(n: float) -> str:

@@ -54,7 +54,7 @@ def test_bench_runs_the_pool_at_each_size(local_ray, packed_lmdb, within):
 
 def test_doctor_describes_the_cluster_it_is_connected_to(local_ray):
     checks = {c.name: c for c in ray_checks(None)}
-    assert checks["ray_cluster"].value == "1 nodes alive (0 dead): 2 CPUs, 0 GPUs, datapipe: 2"
+    assert checks["ray_cluster"].value == "1 node alive (0 dead): 2 CPUs, 0 GPUs, datapipe: 2"
     assert checks["ray_node0"].value.endswith(": 2 CPUs, 0 GPUs, datapipe: 2")  # the node's address first
     assert "no GPUs in the cluster" in checks["pool_cores"].value and "hold 2" in checks["pool_cores"].value
     assert ray.is_initialized()
@@ -68,7 +68,7 @@ def test_doctor_cli_joins_a_running_cluster_and_leaves_it_running(local_ray, ray
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = {ln.split()[1]: ln for ln in done.stdout.splitlines() if ln[:5] in ("  ok ", "WARN ", "info ")}
-    assert "1 nodes alive" in lines["ray_cluster"] and "datapipe: 2" in lines["ray_node0"]
+    assert "1 node alive" in lines["ray_cluster"] and "datapipe: 2" in lines["ray_node0"]
     assert "~85 pool cores for 24,000 img/s (given" in lines["pool_cores"] and lines["pool_cores"].startswith("WARN")
     assert "3.61 GB/s" in lines["pool_network"]
     assert ray.get(ray.put(7)) == 7 and len(ray.nodes()) == 1  # the cluster runs on; no node was added

@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import counted
 from .pipeline import Check
 from ..pool_sizing import DEIT_CPU_S_PER_IMAGE, GPU_IMAGES_PER_S, JPEG_BYTES, pool_cores, wire, wire_lines
 from ..pool_sizing import capacity
@@ -68,8 +69,9 @@ def cluster_checks(nodes: list[dict[str, Any]], sizing: SizingOptions = SizingOp
     """The cluster in ray.nodes()'s words, then the sizing at its image rate. Pure: tested with dicts."""
     alive = [n for n in nodes if n.get("Alive")]
     total = {k: sum(n.get("Resources", {}).get(k, 0) for n in alive) for k in ("CPU", "GPU", POOL_RESOURCE)}
-    checks = [Check("ray_cluster", f"{len(alive)} nodes alive ({len(nodes) - len(alive)} dead): {total['CPU']:g} "
-                                   f"CPUs, {total['GPU']:g} GPUs, {POOL_RESOURCE}: {total[POOL_RESOURCE]:g}")]
+    checks = [Check("ray_cluster", f"{counted(len(alive), 'node')} alive ({len(nodes) - len(alive)} dead): "
+                                   f"{counted(total['CPU'], 'CPU')}, {counted(total['GPU'], 'GPU')}, "
+                                   f"{POOL_RESOURCE}: {total[POOL_RESOURCE]:g}")]
     checks += [Check(f"ray_node{i}", node_line(n)) for i, n in enumerate(alive)]
     room = capacity(alive, {"CPU": 1, POOL_RESOURCE: 1})  # pool actors: 1 CPU and 1 of pool_resources each
     if not room:
