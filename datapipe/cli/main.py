@@ -119,7 +119,8 @@ def _run_convert(args: argparse.Namespace) -> int:
     total_bytes = sum(s.bytes for s in report.splits.values())
     what, rate = ("record", "rec/s") if report.source_format else ("file", "img/s")
     origin = f", from {report.source_format}" if report.source_format else ""
-    print(f"wrote {redact(report.dst)} ({report.format}{origin}) in {report.seconds:.1f} s: "
+    took = f"{report.seconds:.{3 if report.seconds < 1 else 1}f}"  # a small job's 0.2 s is not "0.0 s"
+    print(f"wrote {redact(report.dst)} ({report.format}{origin}) in {took} s: "
           f"{counted(report.processed, what)}, {report.images_per_s:.0f} {rate}, "
           f"{_human(total_bytes / max(report.seconds, 1e-9))}/s")
     for name, info in report.splits.items():
