@@ -7,6 +7,7 @@ no line over MAX_LINE characters and no terminal control character; and its exit
 """
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import resource
@@ -54,6 +55,29 @@ class Case:
             raise ValueError(f"case {self.name!r}: give argv or code, one of them")
         if self.expect not in ("refused", "ok", "either"):
             raise ValueError(f"case {self.name!r}: expect is 'refused', 'ok' or 'either', not {self.expect!r}")
+
+
+_packed: dict[str, Path] = {}
+
+
+def packed_fixture(name: str) -> Path:
+    """The fixture image folder converted once a run to `name` (a.lmdb, d.wds, x.h5: the format by its
+    suffix), shared by the cases that read it (removed at exit)."""
+    if name not in _packed:
+        root = Path(tempfile.mkdtemp(prefix="adv-packed-"))
+        atexit.register(shutil.rmtree, root, True)
+        subprocess.run([sys.executable, "-m", "datapipe", "convert", str(FIXTURES / "imagefolder"), str(root / name)],
+                       check=True, capture_output=True, timeout=180)
+        _packed[name] = root / name
+    return _packed[name]
+
+
+def linking(*names: str) -> Callable[[Path], None]:
+    """A setup linking the packed fixtures `names` into the case's folder."""
+    def setup(tmp: Path) -> None:
+        for name in names:
+            (tmp / name).symlink_to(packed_fixture(name))
+    return setup
 
 
 @dataclass(frozen=True)

@@ -9,36 +9,15 @@ redact's URL rules (only where it is also in the environment): a rule that let a
 eat ordinary text up to any later "@" ("http://host:8080 is down, mail admin@example.com")."""
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
-from tools.adversarial.harness import CANARIES, FIXTURES, Case
+from tools.adversarial.harness import CANARIES, FIXTURES, Case, linking, packed_fixture
 
 BIG = 16384  # MB of address space: torch maps far more than it touches
 ESC = "\x1b]0;pwned\x07\x1b[2J"
-_shared: dict[str, Path] = {}
-
-
-def _packed() -> Path:
-    """The fixture folder packed once as d.lmdb and d.wds for all cases."""
-    if not _shared:
-        root = Path(tempfile.mkdtemp(prefix="adv-lead-"))
-        atexit.register(shutil.rmtree, root, True)
-        for name in ("d.lmdb", "d.wds"):
-            subprocess.run([sys.executable, "-m", "datapipe", "convert", str(FIXTURES / "imagefolder"), str(root / name)],
-                           check=True, capture_output=True, timeout=180)
-        _shared["root"] = root
-    return _shared["root"]
-
-
-def packed(tmp: Path) -> None:
-    for name in ("d.lmdb", "d.wds"):
-        (tmp / name).symlink_to(_packed() / name)
+packed = linking("d.lmdb", "d.wds")  # the fixture folder packed once as d.lmdb and d.wds
 
 
 # ---- make_loader(path, image_size=<a step schedule>) ---------------------------------------------------------
@@ -99,7 +78,7 @@ def linked_as(*names: str):
     def make(tmp: Path) -> None:
         packed(tmp)
         for n in names:
-            (tmp / n).symlink_to(_packed() / "d.lmdb")
+            (tmp / n).symlink_to(packed_fixture("d.lmdb"))
     return make
 
 
@@ -164,7 +143,7 @@ QUIETS = [
 # ---- verify on a .wds whose shard is not the manifest's ---------------------------------------------------------
 def wds_copy(change):
     def make(tmp: Path) -> None:
-        shutil.copytree(_packed() / "d.wds", tmp / "d.wds")
+        shutil.copytree(packed_fixture("d.wds"), tmp / "d.wds")
         change(tmp / "d.wds" / "train-000000.tar")
     return make
 

@@ -4,37 +4,18 @@ function that reads `random`) and a hostile dataset author (class names that dif
 form, or carry terminal escapes; a checkpoint whose loader state's mix block was edited)."""
 from __future__ import annotations
 
-import atexit
 import shutil
 import subprocess
 import sys
-import tempfile
 import unicodedata
 from pathlib import Path
 
-from tools.adversarial.harness import FIXTURES, Case
+from tools.adversarial.harness import FIXTURES, Case, linking
 
 BIG = 16384  # MB of address space: torch maps far more than it touches
 SMALL = ["--batch-size", "4", "--image-size", "32", "--workers", "0", "--backend", "threads"]
 TRAIN = ["--model", "resnet18", "--epochs", "1", "--max-steps", "1", *SMALL]
-_shared: dict[str, Path] = {}
-
-
-def _packed() -> Path:
-    """The fixture folder packed once as a.lmdb and b.wds for all cases."""
-    if not _shared:
-        root = Path(tempfile.mkdtemp(prefix="adv-mix-"))
-        atexit.register(shutil.rmtree, root, True)
-        for name in ("a.lmdb", "b.wds"):
-            subprocess.run([sys.executable, "-m", "datapipe", "convert", str(FIXTURES / "imagefolder"), str(root / name)],
-                           check=True, capture_output=True, timeout=180)
-        _shared["root"] = root
-    return _shared["root"]
-
-
-def packed(tmp: Path) -> None:
-    for name in ("a.lmdb", "b.wds"):
-        (tmp / name).symlink_to(_packed() / name)
+packed = linking("a.lmdb", "b.wds")  # the fixture folder packed once as a.lmdb and b.wds
 
 
 def folders(**classes: list[str]):
