@@ -29,6 +29,8 @@ TRAIN = ("--max-steps", "1", "--model", "resnet18", *SMALL)
 
 
 def needs(module: str):
+    """DALI and Ray are extras (`pip install 'datapipe[dali-cu12]'`, `[ray]`): a user's install may lack one.
+    The dev install that make test and CI build has both, so there these tests run."""
     return pytest.mark.skipif(importlib.util.find_spec(module) is None, reason=f"needs {module}")
 
 
