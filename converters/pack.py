@@ -33,12 +33,12 @@ from .engines import ENGINES, Engine, make_engine
 from .errors import ConvertError, StrictStop
 from .inputs import open_input, reading
 from .lock import writer_lock
-from .tasks import Task, TaskList, list_tasks
 from .sharded import ShardedResult, write_shards
 from .shards import ShardContext
 from .sources import NONE, changed_files, file_fingerprint, name_some, read_stat, stat_key
 from .staging import Progress, SourceLog, mismatched_arguments, publish, remove
 from .targets import FolderTarget, Target
+from .tasks import Task, TaskList, list_tasks
 from .workers import WorkerPool
 
 log = logging.getLogger(__name__)

@@ -27,11 +27,11 @@ from datapipe.records import MANIFEST_NAME, TABLE_VERSION, Manifest, SplitInfo, 
 
 from .engines import Engine
 from .errors import ConvertError
-from .tasks import ShardJob, TaskList, shard_jobs
 from .shards import ShardContext, ShardRecords
 from .sources import changed_files, name_some
 from .staging import mismatched_arguments
 from .targets import LIST_SUFFIX, Target
+from .tasks import ShardJob, TaskList, shard_jobs
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from datapipe.records import Record, field_union, record_digest
 from datapipe.storage import RemoteStore, StoreNotFound, redact
 
 from .errors import ConvertError, ShardFailed, StrictStop
-from .tasks import ShardJob, Task
 from .sources import file_fingerprint, read_stat
 from .targets import LIST_SUFFIX, Target
+from .tasks import ShardJob, Task
 
 Tick = Callable[[int, int], None]  # (files done, bytes stored) since the last call
 

@@ -15,16 +15,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .augment.recipe import Recipe, resolve_recipe
-from .backends import dali_installed, make_loader
-from .errors import ExpectedError, first_line
-from .errors import counted
+from .backends import make_loader
+from .backends.registry import backend_spec, local_backends, preview_backends
+from .errors import ExpectedError, counted, first_line
 from .mix.sources import Mix
 
 if TYPE_CHECKING:
     from PIL import Image
 
 log = logging.getLogger(__name__)
-PREVIEW_BACKENDS = ("threads", "dataloader", "prefetch", "dali")
 PAD, LABEL_W, LINE_H, CAPTION_LINES = 4, 84, 12, 3  # pixels; caption lines under each tile
 EVAL_ONLY = ("crop_pct", "eval_interpolation", "name")  # recipe fields that do not touch a train view
 
@@ -38,7 +37,7 @@ class PreviewOptions:
     recipe: Recipe | str = "default"
     records: int = 6
     epochs: int = 3
-    backends: tuple[str, ...] = ("threads", "dataloader", "dali")
+    backends: tuple[str, ...] = field(default_factory=preview_backends)
     image_size: int = 128
     seed: int = 0
     split: str = "train"
@@ -50,10 +49,11 @@ class PreviewOptions:
         if not 1 <= self.records <= 64 or not 1 <= self.epochs <= 16:
             raise ValueError(f"records must be within 1..64 and epochs within 1..16 (one picture), got "
                              f"records={self.records}, epochs={self.epochs}")
-        unknown = [b for b in self.backends if b not in PREVIEW_BACKENDS]
+        allowed = local_backends()
+        unknown = [b for b in self.backends if b not in allowed]
         if unknown or not self.backends or len(set(self.backends)) != len(self.backends):
             raise ValueError(f"backends {','.join(self.backends) or '(none)'}: unknown or repeated "
-                             f"{unknown or 'names'}; choose distinct ones of {','.join(PREVIEW_BACKENDS)}")
+                             f"{unknown or 'names'}; choose distinct ones of {','.join(allowed)}")
         if self.image_size < 8:
             raise ValueError(f"image_size must be at least 8 pixels, got {self.image_size}")
 
@@ -116,8 +116,9 @@ def preview(source: Any, options: PreviewOptions | None = None) -> Preview:
     by_backend: dict[str, list[Row]] = {}
     bad: dict[str, str] = {}
     for backend in options.backends:
-        if backend == "dali" and not dali_installed():
-            shown.notes.append("dali: skipped, not installed (pip install 'datapipe[dali]')")
+        spec = backend_spec(backend)
+        if not spec.installed():
+            shown.notes.append(f"{backend}: skipped, not installed ({spec.install_hint()})")
             continue
         try:
             by_backend[backend] = _backend_rows(source, backend, options, bad)

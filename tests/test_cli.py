@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from datapipe.cli.main import parse_size
+from datapipe.cli.flags import parse_size
 from tests.conftest import IMAGEFOLDER
 
 

@@ -100,7 +100,7 @@ def test_a_sharded_stream_reads_each_record_once_a_cycle_a_few_shards_at_a_time(
     from datapipe.mix.draws import ShardStream
 
     sizes = [10] * 40 + [7]
-    stream = ShardStream(sizes, seed=1, name="web", shuffle=True, mix_shards=4)
+    stream = ShardStream(sizes, seed=1, name="web", shuffle=True, interleave_shards=4)
     records, cycles = stream.records(np.arange(407 * 3))
     for k in range(3):
         assert sorted(records[cycles == k]) == list(range(407))
@@ -112,5 +112,5 @@ def test_a_sharded_stream_reads_each_record_once_a_cycle_a_few_shards_at_a_time(
     first = np.r_[0, np.cumsum(sizes)]
     spread = np.searchsorted(first, whole.records(np.arange(407))[0], side="right") - 1
     assert max(len(set(spread[i:i + 40])) for i in range(407 - 40)) > widest  # a permutation of records: no locality
-    plain, _ = ShardStream(sizes, seed=1, name="web", shuffle=False, mix_shards=4).records(np.arange(20))
+    plain, _ = ShardStream(sizes, seed=1, name="web", shuffle=False, interleave_shards=4).records(np.arange(20))
     assert list(plain) == list(range(20))

@@ -1,4 +1,5 @@
 """`datapipe preview`: the grid's shape, the same view per record in every backend, skipped and failing backends."""
+import dataclasses
 import subprocess
 import sys
 
@@ -9,6 +10,7 @@ from PIL import Image
 
 import datapipe.preview as preview_module
 from datapipe.augment.recipe import resolve_recipe
+from datapipe.backends.registry import backend_spec, dali_installed, register_backend
 from datapipe.errors import ExpectedError
 from datapipe.preview import (CAPTION_LINES, LABEL_W, LINE_H, PAD, PreviewOptions, captions, grid_layout, preview,
                               tile_origin)
@@ -70,8 +72,17 @@ def test_an_unknown_backend_is_a_one_line_error(backends, match):
     assert "\n" not in str(caught.value) and "threads,dataloader,prefetch,dali" in str(caught.value)
 
 
-def test_a_missing_dali_is_skipped_with_a_note(monkeypatch):
-    monkeypatch.setattr(preview_module, "dali_installed", lambda: False)
+@pytest.fixture
+def dali_absent():
+    """DALI's registration as a machine without it sees it: its required module is not there."""
+    real = backend_spec("dali")
+    register_backend(dataclasses.replace(real, requires="nvidia.no_such_dali"), replace=True)
+    yield
+    register_backend(real, replace=True)
+
+
+def test_a_missing_dali_is_skipped_with_a_note(dali_absent):
+    assert not dali_installed()
     shown = preview(IMAGEFOLDER, PreviewOptions(records=2, epochs=1, backends=("threads", "dali"), image_size=16))
     assert [row.backend for row in shown.rows] == ["threads"]
     assert "dali: skipped, not installed (pip install 'datapipe[dali]')" in shown.notes

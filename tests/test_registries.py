@@ -72,6 +72,45 @@ def test_the_built_in_backends_and_names_are_refused_in_one_line():
         choose_backend("nope", torch.device("cpu"))
 
 
+def test_what_a_backend_honours_is_read_from_its_registration(packed_lmdb):
+    """A user's transform=, the preview's rows and an absent requirement come from the spec, not its name."""
+    from datapipe.augment.custom import Transform
+    from datapipe.preview import PreviewOptions, preview
+
+    class Flip(Transform):
+        def draw(self, rng):
+            return None
+
+        def apply(self, image, params):
+            return image.flip(-1)
+
+    register_backend(BackendSpec("graph", InlineLoader, auto=lambda s: None, transforms="none"))
+    register_backend(BackendSpec("absent", InlineLoader, auto=lambda s: None, requires="no_such_module.x",
+                                 extra="absent", preview=False))
+    try:
+        with pytest.raises(ValueError, match=r"backend='graph' cannot apply a Python transform inside its graph: use "
+                                             r"one of threads, dataloader, prefetch, ray, absent for transform="):
+            make_loader(packed_lmdb, backend="graph", transform=Flip(), **SMALL)
+        with pytest.raises(ValueError, match=r"backend='absent' cannot make an opaque transform \(function\) "
+                                             r"deterministic .* use backend='dataloader' or 'prefetch'"):
+            make_loader(packed_lmdb, backend="absent", transform=lambda im: im, **{**SMALL, "num_workers": 1})
+        assert make_loader(packed_lmdb, backend="absent", transform=Flip(), **SMALL) is not None
+        options = PreviewOptions(records=2, epochs=1, backends=("threads", "absent"), image_size=16)
+        assert "graph" in PreviewOptions().backends and "absent" not in PreviewOptions().backends
+        shown = preview(packed_lmdb, options)
+        assert [row.backend for row in shown.rows] == ["threads"]
+        assert "absent: skipped, not installed (pip install 'datapipe[absent]')" in shown.notes
+        parser = build_parser()
+        assert parser.parse_args(["preview", "d", "--out", "o.png"]).backends == ",".join(PreviewOptions().backends)
+    finally:
+        unregister_backend("graph")
+        unregister_backend("absent")
+    with pytest.raises(ValueError, match=r"transforms must be one of \('any', 'portable', 'none'\), got 'some'"):
+        BackendSpec("odd", InlineLoader, transforms="some")
+    with pytest.raises(ValueError, match="requires must be a module's dotted name"):
+        BackendSpec("odd", InlineLoader, requires="not a module")
+
+
 class ListingDataset(Dataset):
     """The made-up kind: `NAME.listing`, JSON {"classes": [...], "items": [[file, label], ...]}, files
     relative to the listing's folder."""

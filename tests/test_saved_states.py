@@ -1,6 +1,8 @@
 """States saved before the house moved (tests/saved_states/, written by the code at a97eded, before #49's
 package layout) load and resume unchanged: a single dataset's loader state mid-epoch, a Mix's, and a
-`datapipe train` checkpoint over the packed fixture.
+`datapipe train` checkpoint over the packed fixture. So do shard-wise states written at 8b2a9ad, before
+shard interleaving's `mix_shards` was named `interleave_shards` (write_shard_states.py): a .wds's, whose
+state holds the old key, and a Mix's with a .wds read shard by shard.
 
 The loader states were written over the fixture folder converted as tests/conftest.py converts it (the
 fingerprint in each state is that conversion's, so the session's packed datasets are the ones they
@@ -65,6 +67,42 @@ def test_a_mix_loader_state_resumes_at_its_position(packed_lmdb, packed_hdf5):
     loader.load_state_dict(written["state"])
     got = next_batch(loader, ["sources", "indices"])
     assert got == written["next_batch"] == fresh_at(mix(), written["state"], ["sources", "indices"], **fields)
+
+
+SHARDS = dict(sampling="shards", interleave_shards=3)
+
+
+def test_a_shard_wise_state_saved_under_the_old_key_resumes_at_its_position(packed_wds, caplog):
+    written = saved("loader_shards")
+    assert written["state"]["mix_shards"] == 3 and "interleave_shards" not in written["state"]
+    loader = make_loader(str(packed_wds), backend="threads", **SMALL, **SHARDS)
+    with caplog.at_level("WARNING", logger="datapipe"):
+        loader.load_state_dict(written["state"])
+    assert "saved with interleave_shards" not in caplog.text  # the old key read as the new one: 3, not 1
+    got = next_batch(loader, ["indices"])
+    assert got == written["next_batch"] == fresh_at(str(packed_wds), written["state"], ["indices"], **SHARDS)
+    assert loader.state_dict()["interleave_shards"] == 3 and "mix_shards" not in loader.state_dict()
+
+
+def test_a_mix_state_with_a_source_read_shard_by_shard_resumes_at_its_position(packed_wds, packed_lmdb):
+    written = saved("loader_mix_shards")
+
+    def mix():
+        return Mix({"web": str(packed_wds), "lm": str(packed_lmdb)}, weights={"web": 0.6, "lm": 0.4})
+
+    options = dict(fields=("image", "label", "source"), mix_shards=3, sampling="shards")  # the old keyword too
+    loader = make_loader(mix(), backend="threads", **SMALL, **options)
+    loader.load_state_dict(written["state"])
+    got = next_batch(loader, ["sources", "indices"])
+    assert got == written["next_batch"] == fresh_at(mix(), written["state"], ["sources", "indices"], **options)
+
+
+def test_the_old_keyword_is_the_new_one_and_both_at_once_are_refused(packed_wds):
+    old = make_loader(str(packed_wds), backend="threads", **SMALL, sampling="shards", mix_shards=3)
+    new = make_loader(str(packed_wds), backend="threads", **SMALL, **SHARDS)
+    assert old.options == new.options and old.options.interleave_shards == 3
+    with pytest.raises(ValueError, match="both interleave_shards and mix_shards"):
+        make_loader(str(packed_wds), backend="threads", **SMALL, **SHARDS, mix_shards=3)
 
 
 def test_a_train_checkpoint_resumes(packed_lmdb, tmp_path, capsys):

@@ -58,8 +58,8 @@ def test_every_sample_once_per_epoch_a_new_order_each_epoch_and_equal_ranks():
     assert np.array_equal(p.rank_indices(0), np.arange(len(LABELS)))  # evaluation keeps the stored order
 
 
-def test_each_rank_still_reads_only_its_share_of_the_shards_and_a_block_spans_at_most_mix_shards():
-    for p in orders(4, mix_shards=4):
+def test_each_rank_still_reads_only_its_share_of_the_shards_and_a_block_spans_at_most_interleave_shards():
+    for p in orders(4, interleave_shards=4):
         mine = p.rank_indices(0)
         shards = p.shard_of(mine)
         assert len(set(shards.tolist())) <= SHARDS // 4 + 2
@@ -68,10 +68,10 @@ def test_each_rank_still_reads_only_its_share_of_the_shards_and_a_block_spans_at
         assert len(set(shards[:4 * PER_SHARD].tolist())) == 4  # the first block: four shards, all mixed
 
 
-@pytest.mark.parametrize("mix_shards", [3, None])
+@pytest.mark.parametrize("interleave_shards", [3, None])
 @pytest.mark.parametrize("drop_last", [False, True])
-def test_resume_mid_block_at_the_same_world_size_is_the_exact_continuation(mix_shards, drop_last):
-    kw = {"drop_last": drop_last, **({"mix_shards": mix_shards} if mix_shards else {})}
+def test_resume_mid_block_at_the_same_world_size_is_the_exact_continuation(interleave_shards, drop_last):
+    kw = {"drop_last": drop_last, **({"interleave_shards": interleave_shards} if interleave_shards else {})}
     ps = orders(3, batch=8, **kw)
     position = ps[0].offset_after(ps[0].start, 5)  # 40 samples: in the middle of a block
     for p in ps:
@@ -80,11 +80,11 @@ def test_resume_mid_block_at_the_same_world_size_is_the_exact_continuation(mix_s
         assert p.decode(p.encode(position)) == position
 
 
-@pytest.mark.parametrize("mix_shards", [3, None])
+@pytest.mark.parametrize("interleave_shards", [3, None])
 @pytest.mark.parametrize("worlds", [(2, 3), (3, 2), (2, 3, 2), (3, 5, 1)])
 @pytest.mark.parametrize("drop_last", [False, True])
-def test_elastic_resume_with_mixing_serves_every_remaining_sample_exactly_once(mix_shards, worlds, drop_last):
-    kw = {"drop_last": drop_last, **({"mix_shards": mix_shards} if mix_shards else {})}
+def test_elastic_resume_with_mixing_serves_every_remaining_sample_exactly_once(interleave_shards, worlds, drop_last):
+    kw = {"drop_last": drop_last, **({"interleave_shards": interleave_shards} if interleave_shards else {})}
     position, seen = (), []
     for n, world in enumerate(worlds[:-1]):
         ps = orders(world, batch=8, **kw)
@@ -114,7 +114,7 @@ def test_the_rest_of_an_epoch_after_an_elastic_resume_is_mixed_too(worlds):
 def test_the_cache_bound_covers_the_shards_in_flight_and_read_ahead_and_hints_come_a_few_at_a_time(workers, batch):
     options = LoaderOptions(batch_size=batch, num_workers=workers, prefetch_factor=2, device="cpu")
     sizes = tuple(int(n) for n in np.random.default_rng(0).integers(24, 40, size=96))
-    held = shards_held(options, list(sizes), ShardOrder.mix_shards)
+    held = shards_held(options, list(sizes), ShardOrder.interleave_shards)
     for p in orders(2, sizes=sizes, batch=batch):
         for position in (p.start, p.offset_after(p.start, 3)):
             batches = p.batches(0, position)
@@ -125,20 +125,20 @@ def test_the_cache_bound_covers_the_shards_in_flight_and_read_ahead_and_hints_co
                 assert len(live) <= held, (i, len(live), held)
             fetched = set(hints[0])  # the first batch asks for its whole block
             for h in hints[1:]:  # the next block's shards are asked for a few per batch, not all at once
-                assert len(set(h) - fetched) <= p.mix_shards // 2 + READ_AHEAD_SHARDS + batch // min(sizes) + 2
+                assert len(set(h) - fetched) <= p.interleave_shards // 2 + READ_AHEAD_SHARDS + batch // min(sizes) + 2
                 fetched |= set(h)
     assert shards_held(LoaderOptions(batch_size=4, num_workers=1, train=False, device="cpu"), [7, 7, 7, 6], 16) == 6
 
 
-def test_a_bad_mix_shards_is_refused_and_a_state_from_before_mixing_is_warned_about(caplog):
-    with pytest.raises(ValueError, match=r"mix_shards must be an int >= 1 \(1: shard by shard\), got 0"):
-        ShardOrder(SORTED, BATCH, mix_shards=0)
+def test_a_bad_interleave_shards_is_refused_and_a_state_from_before_mixing_is_warned_about(caplog):
+    with pytest.raises(ValueError, match=r"interleave_shards must be an int >= 1 \(1: shard by shard\), got 0"):
+        ShardOrder(SORTED, BATCH, interleave_shards=0)
     p = ShardOrder(SORTED, BATCH)
     state = {"epoch": 3, **p.save(((1, 64),))}
-    assert state["mix_shards"] == p.mix_shards and p.restore(state) == ((1, 64),) and not caplog.records
-    del state["mix_shards"]  # saved before shards were mixed: that epoch's rest cannot be exact
+    assert state["interleave_shards"] == p.interleave_shards and p.restore(state) == ((1, 64),) and not caplog.records
+    del state["interleave_shards"]  # saved before shards were mixed: that epoch's rest cannot be exact
     assert p.restore(state) == ((1, 64),)
-    assert "saved with mix_shards=1" in caplog.text and "epoch 3" in caplog.text
+    assert "saved with interleave_shards=1" in caplog.text and "epoch 3" in caplog.text
 
 
 def test_datapipe_shards_are_read_shard_by_shard_and_foreign_shards_are_mixed(packed_wds, foreign_shards):
@@ -147,17 +147,17 @@ def test_datapipe_shards_are_read_shard_by_shard_and_foreign_shards_are_mixed(pa
     from datapipe import make_loader
 
     options = dict(sampling="shards", batch_size=4, image_size=16, device="cpu", num_workers=0)
-    assert make_loader(packed_wds, **options).order.mix_shards == 1
-    assert make_loader(foreign_shards, **options).order.mix_shards == ShardOrder.mix_shards > 1
+    assert make_loader(packed_wds, **options).order.interleave_shards == 1
+    assert make_loader(foreign_shards, **options).order.interleave_shards == ShardOrder.interleave_shards > 1
 
 
-def test_mix_shards_is_a_loader_option_for_big_batches(packed_wds, foreign_shards):
+def test_interleave_shards_is_a_loader_option_for_big_batches(packed_wds, foreign_shards):
     """Bigger batches need bigger blocks for the same balance (tools/shard_mixing.py: batch 256 is
     3.9x a random permutation at 16 shards a block, 1.1x at 128), at the cost of cache space."""
     from datapipe import make_loader
 
     options = dict(sampling="shards", batch_size=4, image_size=16, device="cpu", num_workers=0)
-    assert make_loader(foreign_shards, mix_shards=4, **options).order.mix_shards == 4
-    assert make_loader(packed_wds, mix_shards=2, **options).order.mix_shards == 2
-    with pytest.raises(ValueError, match="mix_shards must be an int >= 1"):
-        make_loader(foreign_shards, mix_shards=0, **options)
+    assert make_loader(foreign_shards, interleave_shards=4, **options).order.interleave_shards == 4
+    assert make_loader(packed_wds, interleave_shards=2, **options).order.interleave_shards == 2
+    with pytest.raises(ValueError, match="interleave_shards must be an int >= 1"):
+        make_loader(foreign_shards, interleave_shards=0, **options)

@@ -1,5 +1,5 @@
 """Shard-wise sampling: every sample once per epoch, equal ranks, few shards per rank, exact and
-elastic resume from segment positions; shard by shard (mix_shards=1) and mixed in blocks (the
+elastic resume from segment positions; shard by shard (interleave_shards=1) and mixed in blocks (the
 default, and blocks smaller than a rank's piece). Mixing itself: tests/test_shard_mixing.py."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from datapipe.order.sharding import Shard, ShardOrder
 pytestmark = pytest.mark.forked  # tracemalloc in a child with one thread (tests/forked.py)
 
 SIZES = (40, 37, 45, 41, 39, 44, 38, 42, 43, 36, 40, 35)  # 12 shards, 480 samples
-MIXES = [{"mix_shards": 1}, {"mix_shards": 3}, {}]  # shard by shard, blocks of 3 shards, the default
+MIXES = [{"interleave_shards": 1}, {"interleave_shards": 3}, {}]  # shard by shard, blocks of 3 shards, the default
 
 
 def orders(world, batch=8, **kw):
@@ -43,7 +43,7 @@ def test_every_sample_once_equal_batches_and_only_a_few_shards_per_rank(world, m
 
 
 def test_each_epoch_a_new_shard_order_and_a_shuffle_inside_shards():
-    p = orders(1, mix_shards=1)[0]
+    p = orders(1, interleave_shards=1)[0]
     e0, e1 = p.rank_indices(0), p.rank_indices(1)
     assert sorted(e0.tolist()) == sorted(e1.tolist()) and not np.array_equal(e0, e1)
     runs = [k for k, _ in itertools.groupby(p.shard_of(e0).tolist())]
@@ -137,8 +137,8 @@ def test_a_mid_epoch_state_saved_in_another_order_is_refused_and_one_at_an_epoch
     shardwise = ShardOrder(SIZES, 8, Shard(0, 2), seed=3)
     assert shardwise.restore({"epoch": 2, **shardwise.save(((2, 16),))}) == ((2, 16),)
     with pytest.raises(ValueError, match=r"^cannot resume mid-epoch: the state was saved with the epoch order"):
-        shardwise.restore({"epoch": 2, "shard_position": [[2, 16]], "mix_shards": 16, "samples_done": 32})
-    assert shardwise.restore({"epoch": 2, "shard_position": [], "mix_shards": 16, "samples_done": 0}) == ()
+        shardwise.restore({"epoch": 2, "shard_position": [[2, 16]], "interleave_shards": 16, "samples_done": 32})
+    assert shardwise.restore({"epoch": 2, "shard_position": [], "interleave_shards": 16, "samples_done": 0}) == ()
 
 
 def stored_batches(p: ShardOrder, epoch: int, position=()) -> list[np.ndarray]:
@@ -161,7 +161,7 @@ def stored_batches(p: ShardOrder, epoch: int, position=()) -> list[np.ndarray]:
         run, starts = np.cumsum(new_run) - 1, np.flatnonzero(new_run)
         sizes = np.diff(np.r_[starts, len(piece)])
         at = (np.arange(len(piece)) - starts[run] + uniform(np.arange(len(piece)), key)) / sizes[run]
-        return piece[np.lexsort((at, run * (-(-len(starts) // p.mix_shards)) // len(starts)))]
+        return piece[np.lexsort((at, run * (-(-len(starts) // p.interleave_shards)) // len(starts)))]
 
     segments, consumed = p._split(tuple(position))
     rest = order
@@ -187,7 +187,7 @@ def stored_hints(p: ShardOrder, batches: list[np.ndarray], count: int) -> list[t
     by_first = np.argsort(first)
     upcoming, first = found[by_first], first[by_first]
     unmixed = np.r_[0, np.cumsum(np.bincount(shards)[upcoming])[:-1]]
-    lead = ((p.mix_shards if p.shuffle else 1) - 1) * p.size // len(p.shard_sizes)
+    lead = ((p.interleave_shards if p.shuffle else 1) - 1) * p.size // len(p.shard_sizes)
     hints, begin = [], 0
     for batch in batches:
         end = begin + len(batch)

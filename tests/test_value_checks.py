@@ -62,7 +62,7 @@ def test_a_recipe_value_out_of_range_is_one_line_naming_field_value_and_range(fi
                             r"got nan"),
     (dict(max_bad_fraction=INF), r"max_bad_fraction must be a probability, a number within \[0, 1\], got inf"),
     (dict(seed=-1), r"seed must be within 0..9223372036854775807 \(an int\), got -1"),
-    (dict(mix_shards=True), r"mix_shards must be an int >= 1 \(1: shard by shard\) or None, got True"),
+    (dict(interleave_shards=True), r"interleave_shards must be an int >= 1 \(1: shard by shard\) or None, got True"),
 ])
 def test_a_loader_option_out_of_range_is_one_line(options, message):
     with pytest.raises(ValueError, match=message):

@@ -1,11 +1,11 @@
 """How well shard-wise sampling mixes shards written class by class: the mean total-variation distance
-between a batch's label histogram and the dataset's, per ShardOrder.mix_shards, against a full random
+between a batch's label histogram and the dataset's, per ShardOrder.interleave_shards, against a full random
 permutation (global sampling), for a fresh epoch and for the rest of one resumed on another world size.
 
     python tools/shard_mixing.py [--shards 64 --per-shard 32 --classes 8 --world 2 --batch 32 --epochs 8]
         [--mixes 1,4,8,16,32]
 
-A block of mix_shards shards is what a rank holds in its cache at once (about twice that), so the
+A block of interleave_shards shards is what a rank holds in its cache at once (about twice that), so the
 table is the trade between balance and cache space; bigger batches need bigger blocks.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import argparse
 
 import numpy as np
 
-from datapipe.order.sharding import MIX_SHARDS, Shard, ShardOrder
+from datapipe.order.sharding import INTERLEAVE_SHARDS, Shard, ShardOrder
 
 
 def mean_tv(labels: np.ndarray, per_rank: list[np.ndarray], batch: int, classes: int) -> float:
@@ -28,14 +28,14 @@ def main() -> None:
     defaults = {"shards": 64, "per-shard": 32, "classes": 8, "world": 2, "batch": 32, "epochs": 8}
     for name, default in defaults.items():
         parser.add_argument(f"--{name}", type=int, default=default)
-    parser.add_argument("--mixes", default="1,4,8,16,32", help="mix_shards values to measure, comma-separated")
+    parser.add_argument("--mixes", default="1,4,8,16,32", help="interleave_shards values to measure, comma-separated")
     a = parser.parse_args()
     sizes = (a.per_shard,) * a.shards
     labels = np.repeat(np.arange(a.shards) * a.classes // a.shards, a.per_shard)  # written class by class
     other = a.world + 1  # the elastic case: resumed after 7 batches on one more rank
 
     def orders(world: int, mix: int) -> list[ShardOrder]:
-        return [ShardOrder(sizes, a.batch, Shard(r, world), seed=5, mix_shards=mix) for r in range(world)]
+        return [ShardOrder(sizes, a.batch, Shard(r, world), seed=5, interleave_shards=mix) for r in range(world)]
 
     def random(world: int) -> float:
         return float(np.mean([mean_tv(labels, [np.random.default_rng([99, e]).permutation(len(labels))[r::world]
@@ -43,14 +43,14 @@ def main() -> None:
 
     base, base_other = random(a.world), random(other)
     print(f"random permutation: {base:.4f} ({a.world} ranks), {base_other:.4f} ({other} ranks)")
-    print("mix_shards  fresh epoch        rest after resume on " f"{a.world} -> {other} ranks")
-    for mix in sorted({MIX_SHARDS, *(int(m) for m in a.mixes.split(","))}):
+    print("interleave_shards  fresh epoch        rest after resume on " f"{a.world} -> {other} ranks")
+    for mix in sorted({INTERLEAVE_SHARDS, *(int(m) for m in a.mixes.split(","))}):
         fresh = np.mean([mean_tv(labels, [p.rank_indices(e) for p in orders(a.world, mix)], a.batch, a.classes)
                          for e in range(a.epochs)])
         position = orders(a.world, mix)[0].offset_after((), 7)
         rest = np.mean([mean_tv(labels, [p.rank_indices(e, position) for p in orders(other, mix)], a.batch, a.classes)
                         for e in range(a.epochs)])
-        mark = "  (default)" if mix == MIX_SHARDS else ""
+        mark = "  (default)" if mix == INTERLEAVE_SHARDS else ""
         print(f"{mix:>10}  {fresh:.4f} ({fresh / base:.2f}x)    {rest:.4f} ({rest / base_other:.2f}x){mark}")
 
 

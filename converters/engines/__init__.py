@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-from ..tasks import ShardJob
 from ..shards import ShardContext, ShardRecords, Tick
+from ..tasks import ShardJob
 
 ENGINES = ("local", "ray")
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from datapipe.storage.isolate import forks_nothing
 
-from ..tasks import ShardJob
 from ..shards import ShardContext, ShardRecords, Tick, build_shard
 from ..targets import Target
+from ..tasks import ShardJob
 from ..workers import WorkerPool, exit_if_orphaned
 
 POLL_S = 0.2

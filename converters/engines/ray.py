@@ -20,8 +20,8 @@ from datapipe.ray_setup import import_ray, join
 from datapipe.storage.isolate import forks_nothing
 
 from ..errors import ConvertError, ShardFailed
-from ..tasks import ShardJob
 from ..shards import ShardContext, ShardRecords, Tick, build_shard
+from ..tasks import ShardJob
 
 log = logging.getLogger(__name__)
 MAX_RETRIES = 3

@@ -6,9 +6,9 @@
 - Opaque: any callable on a uint8 3 x H x W tensor (a torchvision v2 or timm transform) that draws
   from Python's, NumPy's and torch's global generators. It is made deterministic per record by
   seeding all three from the record's plan around the call, which is safe only where one thread
-  calls it: the dataloader and prefetch backends' worker processes (or num_workers=0). The threads
-  backend's decode threads share those generators, and DALI runs no Python per sample after the
-  decode: both refuse an opaque transform in one line.
+  calls it: a backend of worker processes (or num_workers=0 with decode threads). Which backend
+  honours which form is its BackendSpec.transforms (datapipe.backends.registry); make_loader refuses
+  the others in one line.
 """
 from __future__ import annotations
 
@@ -18,9 +18,6 @@ from typing import Any
 
 import numpy as np
 import torch
-
-OPAQUE_BACKENDS = ("dataloader", "prefetch")
-
 
 class Transform(abc.ABC):
     """A per-record transform whose randomness the planner draws (see the module docstring)."""
@@ -32,21 +29,6 @@ class Transform(abc.ABC):
     @abc.abstractmethod
     def apply(self, image: torch.Tensor, params: Any) -> torch.Tensor:
         """`image` (uint8 3 x H x W) transformed with `params`; uint8 3 x H x W out, the same size."""
-
-
-def check_transform(transform: Any, backend: str, *, workers: int) -> None:
-    """A ValueError in one line where `backend` cannot honour `transform` per record."""
-    if transform is None or isinstance(transform, Transform):
-        if transform is not None and backend == "dali":
-            raise ValueError("backend='dali' cannot apply a Python transform inside its graph: use a CPU backend "
-                             "(threads, dataloader, prefetch) for transform=")
-        return
-    if not callable(transform):
-        raise ValueError(f"transform must be a datapipe.Transform or a callable on a uint8 CHW tensor, got {transform!r}")
-    if backend not in OPAQUE_BACKENDS and not (backend == "threads" and workers == 0):
-        raise ValueError(f"backend={backend!r} cannot make an opaque transform ({type(transform).__name__}) deterministic "
-                         "per record (its decode threads share the global random generators, or it runs no Python per "
-                         "sample): use backend='dataloader', or write it as a datapipe.Transform (draw + apply)")
 
 
 def apply_transform(transform: Any, image: torch.Tensor, seed: int) -> torch.Tensor:

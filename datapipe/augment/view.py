@@ -17,13 +17,13 @@ import torch
 import torch.nn.functional as F
 
 from ..image import jpeg_region
-from . import plan as planner
-from .plan import SamplePlan
 from ..image.decode import exif_orientation, open_image, to_rgb, upright_image_size
 from ..image.geometry import Crop, center_window, scaled_box, view_factor
 from ..image.headers import Layout
 from ..image.layout import jpeg_layout
 from ..image.orientation import orient, stored_box, upright_size
+from . import plan as planner
+from .plan import SamplePlan
 
 _jpeg_region = jpeg_region.load()  # None where it was not built or fails its probe
 # DATAPIPE_REGION_DECODE=0 turns the region decoder off (whole-image decode), for A/B runs.

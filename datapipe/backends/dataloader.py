@@ -10,22 +10,22 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from ..augment.recipe import Recipe
-from ..formats.base import Dataset
-from ..mix.dataset import recipe_lookup
-from ..records import Fields
-from ..order.sharding import EpochOrder, READ_AHEAD_SHARDS, ShardOrder, record_of
-from ..storage.isolate import forks_nothing
 from ..augment.cpu import apply_plan
 from ..augment.custom import apply_transform
 from ..augment.plan import SamplePlan, fill_color
+from ..augment.recipe import Recipe
 from ..augment.view import plan_and_decode
+from ..formats.base import Dataset
+from ..mix.dataset import recipe_lookup
+from ..order.sharding import EpochOrder, READ_AHEAD_SHARDS, ShardOrder, record_of
+from ..records import Fields
+from ..storage.isolate import forks_nothing
 from .bad_samples import BadSample, serve_or_substitute
 from .base import Batch, Loader
-from .fields import FieldSpec, check_picklable
-from .options import LoaderOptions
-from .normalize import Normalizer
 from .deaths import DEFERRED, WorkerDied, shield_worker, torch_worker_died, workers_start_deaf
+from .fields import FieldSpec, check_picklable
+from .normalize import Normalizer
+from .options import LoaderOptions
 
 log = logging.getLogger(__name__)
 Decoded = tuple[torch.Tensor, int, int, BadSample | None]  # + the extra fields' values when fields are asked for

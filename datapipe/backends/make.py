@@ -1,26 +1,26 @@
 """`make_loader`: one iterator interface over every format, with the backend chosen by name or "auto"."""
 from __future__ import annotations
 
-import math
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..augment.custom import check_transform
+from ..augment.custom import Transform
 from ..augment.recipe import Recipe, resolve_recipe
 from ..augment.resolution import size_schedule
 from ..formats import open_dataset
 from ..formats.base import Dataset
-from ..resources import local_world_size
-from ..order.sharding import READ_AHEAD_SHARDS, EpochOrder, Shard, ShardOrder, resolve_shard
-from ..mix.sources import Mix
 from ..mix.dataset import MixDataset
 from ..mix.order import MixOrder, MixState
-from .base import Batch, Loader, batch_type
+from ..mix.sources import Mix
+from ..order.sharding import READ_AHEAD_SHARDS, EpochOrder, Shard, ShardOrder, resolve_shard
+from ..resources import local_world_size
+from .base import Loader
 from .options import LoaderOptions
-from .registry import Situation, backend_spec, choose
+from .registry import BackendSpec, Situation, backend_spec, choose, transform_backends
 
 log = logging.getLogger("datapipe")
 
@@ -31,28 +31,47 @@ def choose_backend(backend: str, device: torch.device, *, remote: bool = False) 
     return choose(backend, Situation(device.type, remote))
 
 
-def shards_held(options: LoaderOptions, shard_samples: list[int], mix_shards: int) -> int:
+def check_transform(transform: Any, spec: BackendSpec, *, workers: int) -> None:
+    """A ValueError in one line where the backend cannot honour `transform` per record (its spec's
+    `transforms`; datapipe.augment.custom says why)."""
+    if transform is None:
+        return
+    portable = isinstance(transform, Transform)
+    if not portable and not callable(transform):
+        raise ValueError(f"transform must be a datapipe.Transform or a callable on a uint8 CHW tensor, "
+                         f"got {transform!r}")
+    if spec.transforms == "none":
+        raise ValueError(f"backend={spec.name!r} cannot apply a Python transform inside its graph: use one of "
+                         f"{', '.join(transform_backends('portable'))} for transform=")
+    if not portable and spec.transforms != "any" and not (spec.inline_without_workers and workers == 0):
+        raise ValueError(f"backend={spec.name!r} cannot make an opaque transform ({type(transform).__name__}) "
+                         "deterministic per record (its decode threads share the global random generators): use "
+                         f"backend={' or '.join(repr(b) for b in transform_backends('any'))}, or write it as a "
+                         "datapipe.Transform (draw + apply)")
+
+
+def shards_held(options: LoaderOptions, shard_samples: list[int], interleave_shards: int) -> int:
     """Shards one rank's readers hold in the cache at once under shard-wise sampling: its workers'
     batches in flight span a window of consecutive shards; each reader also pins the shard before
     its window (datapipe.storage.files) and fetches READ_AHEAD_SHARDS past it. When training, shards
-    are mixed in blocks of ShardOrder.mix_shards: the window spans whole blocks, and the next block's
-    shards are fetched while one is read (ShardOrder.shards_ahead), which where the window straddles
-    two blocks reaches into a third: at most the window's shards, at most a block's."""
+    are interleaved in blocks of ShardOrder.interleave_shards: the window spans whole blocks, and the
+    next block's shards are fetched while one is read (ShardOrder.shards_ahead), which where the window
+    straddles two blocks reaches into a third: at most the window's shards, at most a block's."""
     in_flight = max(options.workers, 1) * options.prefetch_factor * options.batch_size
     smallest = max(1, min(shard_samples))
     window = math.ceil(in_flight / smallest)
-    mix = min(mix_shards, len(shard_samples)) if options.train else 1
-    if mix == 1:
+    block = min(interleave_shards, len(shard_samples)) if options.train else 1
+    if block == 1:
         return window + 2 + READ_AHEAD_SHARDS
-    lead = math.ceil((mix - 1) * sum(shard_samples) / len(shard_samples) / smallest)
-    blocks = math.ceil(in_flight / (mix * smallest)) + 1
-    return mix * blocks + min(window, lead) + 1 + READ_AHEAD_SHARDS
+    lead = math.ceil((block - 1) * sum(shard_samples) / len(shard_samples) / smallest)
+    blocks = math.ceil(in_flight / (block * smallest)) + 1
+    return block * blocks + min(window, lead) + 1 + READ_AHEAD_SHARDS
 
 
 def shard_block(options: LoaderOptions, dataset: Dataset) -> int:
     """How many shards shard-wise reading interleaves: the option given, else 1 for datapipe's own shards
-    (shuffled when written: read shard by shard they are already mixed), else ShardOrder.mix_shards."""
-    return options.mix_shards or (1 if dataset.shuffled_at_write else ShardOrder.mix_shards)
+    (shuffled when written: read shard by shard they are already mixed), else ShardOrder.interleave_shards."""
+    return options.interleave_shards or (1 if dataset.shuffled_at_write else ShardOrder.interleave_shards)
 
 
 def make_order(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochOrder | ShardOrder:
@@ -77,17 +96,17 @@ def make_order(dataset: Dataset, options: LoaderOptions, shard: Shard) -> EpochO
     if sizes is None:
         raise ValueError(f"sampling='shards' needs a sharded dataset (.wds or shard files); {dataset} is "
                          f"{dataset.format!r}: use sampling='global'")
-    mix = shard_block(options, dataset)
+    block = shard_block(options, dataset)
     if dataset.location.remote:
         cache = dataset.location.cache
         biggest = dataset.shard_entries().largest
-        ranks, held = local_world_size() or 1, shards_held(options, [int(n) for n in sizes()], mix)
+        ranks, held = local_world_size() or 1, shards_held(options, [int(n) for n in sizes()], block)
         cache.require(ranks * held * biggest,
                       f"{ranks} rank(s) on this node, each holding {held} shards at once (those its workers' "
                       f"batches in flight span, a neighbour each end, {READ_AHEAD_SHARDS} read ahead) of up to "
                       f"{biggest:,} bytes,")
     return ShardOrder(tuple(int(n) for n in sizes()), options.batch_size, shard, options.seed, shuffle=options.train,
-                      drop_last=options.drop_last, mix_shards=mix)
+                      drop_last=options.drop_last, interleave_shards=block)
 
 
 def mix_order(dataset: MixDataset, options: LoaderOptions, shard: Shard) -> MixOrder:
@@ -113,7 +132,7 @@ def mix_order(dataset: MixDataset, options: LoaderOptions, shard: Shard) -> MixO
                                                       f"once (2 blocks of {block} and what batches in flight span)")
     return MixOrder(dataset.mix.epoch_size, options.batch_size, shard, options.seed, shuffle=options.train,
                     drop_last=options.drop_last, repeats=options.recipe.aug_repeats if options.train else 1,
-                    state=MixState(dataset.mix, shard_sizes=tuple(sizes), mix_shards=tuple(blocks)))
+                    state=MixState(dataset.mix, shard_sizes=tuple(sizes), interleave_shards=tuple(blocks)))
 
 
 def make_loader(source: "str | Path | Dataset | Mix", *, split: str = "train", backend: str = "auto",
@@ -124,7 +143,8 @@ def make_loader(source: "str | Path | Dataset | Mix", *, split: str = "train", b
     Options are LoaderOptions fields, given as `options=` or as keywords (batch_size=256, train=True,
     image_size=224, seed=0, device=None, dtype=torch.float32, channels_last=False, drop_last=False,
     num_workers=None, prefetch_factor=2, pin_memory=None, on_error="skip", sampling="auto",
-    cache_dir=None, cache_limit=None, mix_shards=None, batch_format="batch"; "pair" yields (images, labels)
+    cache_dir=None, cache_limit=None, interleave_shards=None (mix_shards=, its name before, is taken too),
+    batch_format="batch"; "pair" yields (images, labels)
     for code written for a DataLoader over ImageFolder). `fields=("image", "text")` yields (images, texts,
     indices): any of "image" (first), "label", "text" (captions: list[str]), "meta" (JSON metadata: list[dict]),
     "multilabel" (N x classes multi-hot float32), each a field the dataset carries (Dataset.fields);
@@ -140,6 +160,10 @@ def make_loader(source: "str | Path | Dataset | Mix", *, split: str = "train", b
     before each epoch. `sha256`: an LMDB or HDF5 file is opened only if it has this digest (see open_dataset).
     """
     recipe_fields = {k: overrides.pop(k) for k in list(overrides) if k in Recipe.__dataclass_fields__ and k != "name"}
+    if "mix_shards" in overrides:  # interleave_shards' name before #49
+        if "interleave_shards" in overrides:
+            raise ValueError("make_loader got both interleave_shards and mix_shards (its former name): give one")
+        overrides["interleave_shards"] = overrides.pop("mix_shards")
     unknown = sorted(set(overrides) - set(LoaderOptions.__dataclass_fields__))
     if unknown:
         raise ValueError(f"make_loader got unknown option(s) {unknown}: it takes LoaderOptions fields "
@@ -164,8 +188,9 @@ def make_loader(source: "str | Path | Dataset | Mix", *, split: str = "train", b
             source, split, cache_dir=options.cache_dir, cache_limit=options.cache_limit, sha256=sha256)
     order = make_order(dataset, options, resolve_shard(rank, world_size))
     name, reason = choose_backend(backend, options.torch_device, remote=dataset.location.remote)
-    check_transform(options.transform, name, workers=options.workers)
-    loader = backend_spec(name).loader_class()(dataset, order, options, reason=reason)
+    spec = backend_spec(name)
+    check_transform(options.transform, spec, workers=options.workers)
+    loader = spec.loader_class()(dataset, order, options, reason=reason)
     if schedule is not None:
         loader.set_image_size(schedule)
     _announce(name, reason, dataset)

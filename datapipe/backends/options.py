@@ -49,7 +49,8 @@ class LoaderOptions:
     sampling: str = "auto"
     cache_dir: str | None = None
     cache_limit: int | None = None
-    mix_shards: int | None = None  # shard-wise sampling's block (ShardOrder); None: 16, 1 for datapipe's own shards
+    # shard-wise sampling: shards one block interleaves (ShardOrder); None: 16, 1 for datapipe's own shards
+    interleave_shards: int | None = None
     recipe: Recipe = Recipe(name="default")  # the augmentation (datapipe.augment); make_loader resolves names
     transform: Any = None  # your own per-record transform after the recipe (datapipe.augment.custom)
     batch_format: str = "batch"  # one of BATCH_FORMATS
@@ -70,10 +71,9 @@ class LoaderOptions:
                              f"tokenizer={self.tokenizer!r}, fields={self.fields}")
         if self.batch_format == "pair" and len(self.fields) < 2:
             raise ValueError(f"batch_format='pair' yields the first two fields; fields={self.fields} has one: add one")
-        if self.mix_shards is not None and (isinstance(self.mix_shards, bool) or not isinstance(self.mix_shards, int)
-                                            or self.mix_shards < 1):  # the type first: True is not 1
-            raise ValueError(f"mix_shards must be an int >= 1 (1: shard by shard) or None, "
-                             f"got {shown(self.mix_shards)}")
+        block = self.interleave_shards
+        if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 1):  # True is not 1
+            raise ValueError(f"interleave_shards must be an int >= 1 (1: shard by shard) or None, got {shown(block)}")
         if self.batch_format not in BATCH_FORMATS:
             raise ValueError(f"batch_format must be one of {BATCH_FORMATS} (\"pair\": (images, labels) without the "
                              f"record indices), got {self.batch_format!r}")

@@ -23,18 +23,31 @@ class Situation:
     remote: bool = False
 
 
+TRANSFORMS = ("any", "portable", "none")  # BackendSpec.transforms' values
+
+
 @dataclass(frozen=True)
 class BackendSpec:
     """One backend. `loader`: its Loader class, or "module:Class" (under datapipe.backends when the
     module starts with a dot) imported on first use, so that naming a backend costs no import.
     `auto`: the reason `backend="auto"` picks it in a situation, or None where it does not; auto asks
-    the backends in `auto_rank` order, lowest first (None: never chosen by auto, named only)."""
+    the backends in `auto_rank` order, lowest first (None: never chosen by auto, named only).
+    `transforms`: the user's `transform=` it honours per record: "any" callable (one thread calls it
+    in each process), "portable" (a datapipe.Transform only; any callable too with num_workers=0 where
+    `inline_without_workers`: the caller's thread decodes) or "none" (no Python runs per sample).
+    `requires`: a module it needs beyond datapipe's core, installed by the pip extra `extra`.
+    `preview`: in `datapipe preview`'s default rows (a backend auto may choose only)."""
 
     name: str
     loader: "type | str"
     auto: Callable[[Situation], str | None] | None = None
     auto_rank: int = 100
     summary: str = ""
+    transforms: str = "portable"
+    inline_without_workers: bool = False
+    requires: str = ""
+    extra: str = ""
+    preview: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier() or self.name == "auto":
@@ -50,6 +63,21 @@ class BackendSpec:
                              f"got {shown(self.auto)}")
         if type(self.auto_rank) is not int:
             raise ValueError(f"backend {self.name!r}: auto_rank must be an int, got {shown(self.auto_rank)}")
+        if self.transforms not in TRANSFORMS:
+            raise ValueError(f"backend {self.name!r}: transforms must be one of {TRANSFORMS}, "
+                             f"got {shown(self.transforms)}")
+        if not isinstance(self.requires, str) or (self.requires and not all(
+                part.isidentifier() for part in self.requires.split("."))):
+            raise ValueError(f"backend {self.name!r}: requires must be a module's dotted name or '', "
+                             f"got {shown(self.requires)}")
+
+    def installed(self) -> bool:
+        """Whether the module it requires (if any) can be imported here."""
+        return not self.requires or module_installed(self.requires)
+
+    def install_hint(self) -> str:
+        """How to install what it requires: "pip install 'datapipe[EXTRA]'" (or the module's name)."""
+        return f"pip install 'datapipe[{self.extra}]'" if self.extra else f"install {self.requires}"
 
     def loader_class(self) -> type:
         """The Loader subclass, imported now when named "module:Class"; a ValueError naming the backend
@@ -107,14 +135,31 @@ def local_backends() -> tuple[str, ...]:
     return tuple(name for name, spec in _BACKENDS.items() if spec.auto is not None)
 
 
+def preview_backends() -> tuple[str, ...]:
+    """`datapipe preview`'s default rows: the local backends marked `preview`."""
+    return tuple(name for name in local_backends() if _BACKENDS[name].preview)
+
+
+def transform_backends(kind: str) -> tuple[str, ...]:
+    """The backends whose `transforms` is `kind` or more ("portable" includes those honouring "any")."""
+    accepted = TRANSFORMS[:TRANSFORMS.index(kind) + 1]
+    return tuple(name for name, spec in _BACKENDS.items() if spec.transforms in accepted)
+
+
 def backend_spec(name: str) -> BackendSpec:
     if name not in _BACKENDS:
         raise ValueError(f"unknown backend {name!r}; choose one of {backend_choices()}")
     return _BACKENDS[name]
 
 
+def module_installed(name: str) -> bool:
+    """Whether the module `name` (dotted) can be imported, found without importing it."""
+    parts = name.split(".")
+    return all(importlib.util.find_spec(".".join(parts[:n])) is not None for n in range(1, len(parts) + 1))
+
+
 def dali_installed() -> bool:
-    return importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
+    return backend_spec("dali").installed()
 
 
 def choose(backend: str, situation: Situation) -> tuple[str, str]:
@@ -158,16 +203,20 @@ def _threads(s: Situation) -> str | None:
 
 BUILT_IN: tuple[BackendSpec, ...] = (
     BackendSpec("threads", ".threads:ThreadLoader", _threads, 40,
-                "decode threads filling preallocated batch buffers in the rank's process"),
+                "decode threads filling preallocated batch buffers in the rank's process", inline_without_workers=True),
     BackendSpec("dataloader", ".dataloader:ProcessLoader", _dataloader, 30,
-                "torch DataLoader worker processes (pinned memory)"),
+                "torch DataLoader worker processes (pinned memory)", transforms="any"),
     BackendSpec("prefetch", ".prefetch:PrefetchLoader", _prefetch, 20,
-                "the dataloader backend plus a CUDA side stream (H2D copy and normalize on the GPU)"),
-    BackendSpec("dali", ".dali:DaliLoader", _dali, 10, "NVIDIA DALI: nvJPEG decode and augmentation on the GPU"),
-    BackendSpec("ray", ".ray:RayLoader", None, 100, "a Ray pool of CPU workers on other machines"),
+                "the dataloader backend plus a CUDA side stream (H2D copy and normalize on the GPU)", transforms="any",
+                preview=False),  # its views are the dataloader's
+    BackendSpec("dali", ".dali:DaliLoader", _dali, 10, "NVIDIA DALI: nvJPEG decode and augmentation on the GPU",
+                transforms="none", requires="nvidia.dali", extra="dali"),
+    BackendSpec("ray", ".ray:RayLoader", None, 100, "a Ray pool of CPU workers on other machines", requires="ray",
+                extra="ray"),
 )
 for _spec in BUILT_IN:
     register_backend(_spec)
 
 __all__ = ["BackendSpec", "Situation", "register_backend", "unregister_backend", "backend_names", "backend_choices",
-           "backend_spec", "choose", "dali_installed", "local_backends"]
+           "backend_spec", "choose", "dali_installed", "local_backends", "module_installed", "preview_backends",
+           "transform_backends"]

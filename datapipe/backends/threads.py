@@ -29,9 +29,9 @@ from ..mix.dataset import MixDataset
 from ..order.sharding import EpochOrder, ShardOrder
 from .bad_samples import BadSample
 from .base import Batch, Loader
-from .options import LoaderOptions
 from .dataloader import DecodedRecords, EpochBatches, Item
 from .normalize import Normalizer
+from .options import LoaderOptions
 
 log = logging.getLogger(__name__)
 THREAD_PREFIX = "datapipe-decode"

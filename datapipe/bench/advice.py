@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ..augment.view import region_decoder_available
 from ..backends import choose_backend
 from ..backends.options import LoaderOptions
 from ..resources import cpus_per_rank
-from ..augment.view import region_decoder_available
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..augment.plan import random_resized_crop
 from ..backends.normalize import IMAGENET_MEAN, IMAGENET_STD
 from ..formats.base import Dataset
-from ..augment.plan import random_resized_crop
 from ..image.geometry import RATIO, SCALE
 
 

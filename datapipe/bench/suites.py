@@ -19,14 +19,14 @@ import numpy as np
 import torch
 
 from ..augment.resolution import check_image_size
+from ..augment.view import plan_and_decode, region_decoder_available, set_region_decoding
 from ..backends import make_loader
 from ..backends.registry import backend_names, local_backends
 from ..backends.threads import THREAD_PREFIX
-from ..image.decode import decode_rgb
 from ..errors import first_line
 from ..formats.base import Dataset
 from ..formats.folder import FolderDataset
-from ..augment.view import plan_and_decode, region_decoder_available, set_region_decoding
+from ..image.decode import decode_rgb
 from .advice import DEFAULT_PREFETCH_FACTOR, default_backend, default_decode, default_memory, default_workers
 from .baselines import naive_loader, plain_dali_loader
 from .meter import WorkerProcesses, decode_threads

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Mapping
 
 
-def add_doctor(sub: argparse._SubParsersAction) -> None:
+def add_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="check torch, CUDA, DALI, cores, pinned memory, disk and environment")
     p.add_argument("data", nargs="?", help="a dataset path: also check its disk's free space and read speed "
                                            "(with --gpu: the records the self-test reads)")

@@ -1,10 +1,101 @@
-"""`datapipe train`: build the run from the flags (and a checkpoint's settings on --resume), run it,
-and say how it ended, a stop on a signal included. Imported by the CLI only, when the command runs."""
+"""`datapipe train`: its flags; the run built from them (and a checkpoint's settings on --resume), run,
+and how it ended, a stop on a signal included."""
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+
+from ..backends.registry import backend_choices
+from .flags import add_remote_options, join_ray_address, pool_size, resources
+from .mix import add_mix_arguments, parse_weights
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    from .recipe import add_recipe_options
+
+    # Options left out stay out of the namespace: TrainConfig's defaults apply, or on --resume the
+    # checkpoint's run settings (what the command line gives wins).
+    p = sub.add_parser("train", help="reference AMP/DDP training loop (run under torchrun for several GPUs)",
+                       argument_default=argparse.SUPPRESS)
+    p.add_argument("data", nargs="+", help="packed dataset or image folder (train split; val split evaluated if "
+                                           "present); several (NAME=PATH or a path) with --weights: their mix")
+    add_mix_arguments(p)
+    _add_train_optimization(p)
+    _add_train_data(p)
+    _add_train_run(p)
+    add_remote_options(p)
+    add_recipe_options(p)
+    p.add_argument("--out", required=True, help="folder for metrics.jsonl, last.pt, summary.json")
+    p.add_argument("--resume", metavar="LAST_PT",
+                   help="continue from a checkpoint (mid-epoch included) with its settings, but for those given again")
+    p.add_argument("--requeue", choices=["auto", "off"],
+                   help="SIGTERM, SIGUSR1, SIGINT: finish the step, write OUT/last.pt, exit 75. auto (default): on "
+                        "SIGUSR1 under Slurm (SLURM_JOB_ID set) also `scontrol requeue` the job; off: never")
+    p.set_defaults(run=run_train)
+
+
+def _add_train_optimization(p: argparse.ArgumentParser) -> None:
+    """`datapipe train`'s model, optimizer and schedule."""
+    p.add_argument("--model", metavar="NAME", help="resnet18|34|50|101, deit_tiny|small|base (or timm's names: "
+                   "deit_small_patch16_224, vit_small_patch16_224, ...), timm/NAME or torchvision/NAME where that "
+                   "package is installed; default: resnet50")
+    p.add_argument("--epochs", type=int, help="default: 1")
+    p.add_argument("--batch-size", type=int, help="per GPU (per process); default: 256")
+    p.add_argument("--opt", choices=["sgd", "adamw"], help="default: sgd (momentum 0.9); adamw: no weight decay on "
+                   "biases and norm weights, as timm")
+    p.add_argument("--lr", type=float, help="default: 0.1 (sgd), 1e-3 (adamw)")
+    p.add_argument("--weight-decay", type=float, help="default: 1e-4 (sgd), 0.05 (adamw)")
+    p.add_argument("--warmup-epochs", type=float, help="default: 1")
+    p.add_argument("--warmup-lr", type=float, help="the warm-up rises from this lr; default: 0")
+    p.add_argument("--min-lr", type=float, help="the cosine decays to this lr; default: 0")
+    p.add_argument("--label-smoothing", type=float,
+                   help="smoothing of integer labels in the loss; default: 0.1. A recipe with soft targets (mixup, "
+                        "cutmix, --smoothing) carries its own smoothing and is not smoothed again")
+    p.add_argument("--model-ema", action="store_true", help="keep an EMA of the weights, saved and evaluated too")
+    p.add_argument("--model-ema-decay", type=float, help="default: 0.9998")
+
+
+def _add_train_data(p: argparse.ArgumentParser) -> None:
+    """`datapipe train`'s image sizes and loader."""
+    p.add_argument("--image-size", metavar="N|MIN:MAX",
+                   help="train size: N px, or MIN:MAX, FFCV's ramp over the run (from 3/4 to 7/8 of --epochs, by "
+                        "32 px); default: the recipe's (ffcv-rn50 160:192, rsb-a3 160, tv-v2 176, else 224)")
+    p.add_argument("--image-size-schedule", metavar="FILE",
+                   help='train sizes from a JSON file: {"0": 128, "10": 160} (epoch: size from then on) or a list, one '
+                        "size an epoch (the last continues); instead of --image-size")
+    p.add_argument("--eval-size", type=int, metavar="N", help="val size (FixRes: larger than train); default: the "
+                   "recipe's with its train sizes (ffcv-rn50 256, rsb-a3 and tv-v2 224), else the last train size")
+    p.add_argument("--backend", choices=backend_choices(),
+                   help="default: auto; ray: a pool of Ray actors decodes (the Ray at RAY_ADDRESS, else a local one; "
+                        "docs/pool.md)")
+    p.add_argument("--workers", type=int, help="loader workers per process (default: this rank's share of the CPUs)")
+    p.add_argument("--pool-workers", type=pool_size, metavar="N|auto",
+                   help="backend ray: actors in each rank's pool, or auto (grows while training waits on data; "
+                        "default: --workers's value)")
+    p.add_argument("--pool-resources", type=resources, metavar="NAME=N[,NAME=N]",
+                   help="backend ray: Ray resources each actor asks for, e.g. datapipe=1 (docs/clusters.md)")
+
+
+def _add_train_run(p: argparse.ArgumentParser) -> None:
+    """`datapipe train`'s precision, compilation, logging, checkpoints and stops."""
+    p.add_argument("--amp", choices=["bf16", "fp16", "off"], help="default: bf16 where the GPU supports it, else off")
+    p.add_argument("--accum-steps", type=int, help="gradient accumulation steps; default: 1")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--checkpoint-activations", action="store_true", help="recompute activations (big models)")
+    p.add_argument("--no-channels-last", action="store_true", help="keep NCHW contiguous memory format")
+    p.add_argument("--profile", action="store_true", help="write a torch.profiler trace of a few steps to OUT/profile")
+    p.add_argument("--tensorboard", metavar="DIR",
+                   help="TensorBoard scalars (rank 0) in DIR; default: OUT/tensorboard when tensorboard is installed; "
+                        "'off': none")
+    p.add_argument("--seed", type=int, help="default: 0")
+    p.add_argument("--log-every", type=int, help="steps between loss logs (the only host syncs); default: 50")
+    p.add_argument("--save-every", type=int, help="also checkpoint every N steps (default: epoch ends)")
+    p.add_argument("--max-steps", type=int, help="stop after N optimizer steps, checkpointing the position")
+    p.add_argument("--skip-nonfinite", action="store_true",
+                   help="skip steps whose loss or gradients are inf/NaN and count them (default: stop with an error)")
+    p.add_argument("--start-method", choices=["fork", "spawn", "forkserver"],
+                   help="worker start method (default: fork; DALI on CUDA: spawn)")
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -14,12 +105,13 @@ def run_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..backends.deaths import WorkerDied
-    from .mix import parse_weights
-    from .recipe import train_recipe
     from ..train import DistEnv, TrainConfig, train
     from ..train.checkpoint import run_settings
     from ..train.preempt import INTERRUPTED_EXIT, PREEMPTED_EXIT, Preempted, Preemption
+    from .recipe import train_recipe
 
+    if getattr(args, "backend", None) == "ray":  # unset options are absent
+        join_ray_address()
     env = DistEnv(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
                   int(os.environ.get("LOCAL_RANK", 0)))
     if not env.is_main:

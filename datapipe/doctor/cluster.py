@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import counted
-from .pipeline import Check
 from ..pool_sizing import DEIT_CPU_S_PER_IMAGE, GPU_IMAGES_PER_S, JPEG_BYTES, pool_cores, wire, wire_lines
 from ..pool_sizing import capacity
 from ..ray_setup import RayUnreachable, join
 from ..storage.redaction import redact
+from .pipeline import Check
 
 POOL_RESOURCE = "datapipe"
 HIDDEN = ("memory", "object_store_memory", "node:", "accelerator_type:")  # Ray's own entries, not the user's

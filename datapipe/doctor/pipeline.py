@@ -15,14 +15,14 @@ from typing import Any
 
 import torch
 
+from ..augment.view import region_decoder_available
 from ..backends import dali_installed
 from ..bench.advice import machine_advice, measure_format
-from .bench import fitted, train_records
 from ..formats import read_manifest
 from ..formats.wds_foreign import shard_folder
 from ..resources import available_cpus, cgroup_cpu_limit, cpus_per_rank
 from ..storage import is_url, redact
-from ..augment.view import region_decoder_available
+from .bench import fitted, train_records
 
 READ_PROBE_BYTES = 256 << 20
 READ_MIN_BYTES = 32_000_000  # a read speed over less is not judged

@@ -7,15 +7,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..storage.dataset_files import MANIFEST_MAX_BYTES
 from ..records import MANIFEST_NAME, Manifest, SplitNotFound
 from ..storage import RemoteLocation, RemoteStore, ShardCache, StoreNotFound, is_url
+from ..storage.dataset_files import MANIFEST_MAX_BYTES
 from . import hdf5, lmdb, wds
-from .trusted import check_sha256
 from .base import Dataset, DatasetReplaced, Writer
 from .folder import FolderDataset
 from .kinds import DatasetKind, dataset_kinds, kind_of, opened, register_kind, unregister_kind
 from .parquet import ParquetDataset, is_parquet_pattern
+from .trusted import check_sha256
 from .wds_foreign import ForeignShardsDataset, shard_folder
 
 PARTIAL_SUFFIX = ".partial"

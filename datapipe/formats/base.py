@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from ..storage.dataset_files import MANIFEST_MAX_BYTES, read_dataset_file
-from ..storage.durable import atomic_write, fsync_file  # fsync_file: for the writers here and the converters
 from ..errors import OwnLineError
 from ..records import MANIFEST_NAME, Fields, Manifest, Record, Sample
 from ..storage import Location, StoreError, redact
+from ..storage.dataset_files import MANIFEST_MAX_BYTES, read_dataset_file
+from ..storage.durable import atomic_write, fsync_file  # fsync_file: for the writers here and the converters
 from ..storage.urls import is_url
 
 T = TypeVar("T")

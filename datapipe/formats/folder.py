@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 
 from ..records import FIELD_NAMES, NO_FIELDS, Record, Sample, SplitNotFound
-from .scan import read_sidecars, scan_split_compact, sidecar_reader
 from ..storage.cachedir import default_cache_dir, own_folder
 from .base import Dataset
 from .folder_index import FolderIndex
+from .scan import read_sidecars, scan_split_compact, sidecar_reader
 
 NAME = "folder"
 

@@ -7,13 +7,13 @@ from typing import Any
 
 from tqdm import tqdm
 
-from . import open_dataset, read_manifest
-from .base import Dataset
-from .trusted import check_sha256
 from ..errors import counted, human_size, plain
 from ..records import CHAIN_START, SplitInfo, chain_digest, record_digest
-from .scan import scan_folder
 from ..storage import is_url, redact
+from . import open_dataset, read_manifest
+from .base import Dataset
+from .scan import scan_folder
+from .trusted import check_sha256
 
 
 def describe(path: str | Path) -> dict[str, Any]:

@@ -44,10 +44,10 @@ from typing import Any, BinaryIO, NamedTuple
 import numpy as np
 
 from ..records import FIELD_NAMES, MAX_INFERRED_CLASSES, Fields, Record, SplitNotFound, multi_labels
-from .scan import make_key, printable
 from .base import Dataset, PerProcess
 from .parquet_schema import (UNLABELED, HubFile, open_regular, parquet_file, pyarrow, read_hub_file, resolve_classes,
                              shown, signed, split_of)
+from .scan import make_key, printable
 
 NAME = "parquet"
 

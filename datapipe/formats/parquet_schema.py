@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
-from ..storage import dataset_files
 from ..errors import summary
 from ..records import MAX_INFERRED_CLASSES, inferred_class_names
+from ..storage import dataset_files
 from .scan import printable
 
 log = logging.getLogger(__name__)

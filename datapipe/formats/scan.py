@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
-from . import field_text
-from ..storage.dataset_files import SIDECAR_MAX_BYTES, BadDatasetFile, read_dataset_file, too_big
 from ..records import NO_FIELDS, ClassIndex, Fields
+from ..storage.dataset_files import SIDECAR_MAX_BYTES, BadDatasetFile, read_dataset_file, too_big
 from ..storage.urls import is_url
+from . import field_text
 
 log = logging.getLogger(__name__)
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")

@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from ..storage.dataset_files import open_regular
 from ..errors import OwnLineError
 from ..records import SplitInfo
 from ..storage import Location, StoreError
+from ..storage.dataset_files import open_regular
 from ..storage.verify import refuse_differing_files
 from .tar import END_OF_ARCHIVE
 

@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from ..storage.durable import atomic_write, open_own
 from ..errors import summary
 from ..image.headers import image_ext
 from ..records import MANIFEST_NAME, TABLE_VERSION, Manifest, Record
 from ..storage import Location
+from ..storage.durable import atomic_write, open_own
 from ..storage.files import MAX_OPEN, MAX_OPEN_CACHED, ShardFiles
 from .base import (Dataset, DatasetReplaced, Identity, PerProcess, Writer, read_dir_manifest, record_from_meta,
                    record_meta, write_dir_manifest)

@@ -25,17 +25,17 @@ from typing import Any
 
 import numpy as np
 
-from . import field_text
-from ..storage.dataset_files import index_limit, read_dataset_file
-from ..names import check_name
 from ..errors import quoted, shortened, summary
+from ..names import check_name
 from ..records import FIELD_NAMES, MAX_INFERRED_CLASSES, Fields, Record, Sample, inferred_class_names, multi_labels
-from .scan import is_image_name
 from ..storage import default_cache_dir
 from ..storage.cachedir import own_folder
+from ..storage.dataset_files import index_limit, read_dataset_file
 from ..storage.files import ShardFiles
+from . import field_text
 from .base import REOPEN, Dataset, DatasetReplaced, PerProcess
 from .braces import shard_names
+from .scan import is_image_name
 from .tar import BLOCK, Component, distinct_members, member_name, parse_idx, samples_before_damage
 
 log = logging.getLogger(__name__)

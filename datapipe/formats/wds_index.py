@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from ..storage.dataset_files import index_limit
-from ..storage.durable import atomic_write
 from ..records import SplitInfo
 from ..storage import Location
+from ..storage.dataset_files import index_limit
+from ..storage.durable import atomic_write
 from .shard_table import ShardList
 from .tar import BLOCK, END_OF_ARCHIVE, IDX_VERSION, sample_starts_from_headers
 

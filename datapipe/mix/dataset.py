@@ -13,9 +13,9 @@ from ..augment.plan import fill_color
 from ..augment.recipe import Recipe
 from ..checks import shown
 from ..formats.base import Dataset
-from .sources import Mix
 from ..records import Fields, Record, Sample
 from ..storage import redact
+from .sources import Mix
 
 
 class MixLocation:

@@ -123,23 +123,24 @@ class SourceStream:
 class ShardStream(SourceStream):
     """A sharded source (a remote .wds) as an endless stream that reads shard by shard: cycle k's shards
     in an order keyed by (seed, name, k), each shard's records permuted (order.shardwise.ShardwisePermutation),
-    the draws of each block of `mix_shards` consecutive shards interleaved, so the mix reads a few shards
+    the draws of each block of `interleave_shards` consecutive shards interleaved, so the mix reads a few shards
     of the source at a time (what a node's cache holds), each once a cycle. Unshuffled: the stored order."""
 
-    def __init__(self, shard_sizes: Sequence[int], *, seed: int, name: str, shuffle: bool, mix_shards: int) -> None:
+    def __init__(self, shard_sizes: Sequence[int], *, seed: int, name: str, shuffle: bool,
+                 interleave_shards: int) -> None:
         sizes = tuple(int(n) for n in shard_sizes)
         super().__init__(sum(sizes), seed=seed, name=name, shuffle=shuffle)
-        self.shard_sizes, self.mix_shards = sizes, mix_shards
+        self.shard_sizes, self.interleave_shards = sizes, interleave_shards
         self._orders: dict[int, tuple[ShardwisePermutation, np.ndarray]] = {}
 
     def _order(self, cycle: int) -> tuple[ShardwisePermutation, np.ndarray]:
-        """Cycle `cycle`'s shard-by-shard order and where its blocks of mix_shards shards start."""
+        """Cycle `cycle`'s shard-by-shard order and where its blocks of interleave_shards shards start."""
         found = self._orders.get(cycle)
         if found is None:
             if len(self._orders) > 2:
                 self._orders.clear()
             order = ShardwisePermutation(self.shard_sizes, seed=self._key, epoch=cycle, shuffle=self.shuffle)
-            found = self._orders[cycle] = (order, np.r_[order.starts[:-1:self.mix_shards], order.size])
+            found = self._orders[cycle] = (order, np.r_[order.starts[:-1:self.interleave_shards], order.size])
         return found
 
     def records(self, draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -150,7 +151,7 @@ class ShardStream(SourceStream):
             where = cycle == k
             order, blocks = self._order(int(k))
             positions = at[where]
-            if self.shuffle and self.mix_shards > 1:
+            if self.shuffle and self.interleave_shards > 1:
                 block = np.searchsorted(blocks, positions, side="right") - 1
                 for b in np.unique(block):
                     inside = block == b

@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 
 from ..checks import shown
-from .sources import Mix
-from .draws import ShardStream, SourceStream, locate
-from .state import MAX_DRAWS, WEIGHTS_READ, agree, check_block
 from ..order.permutation import derive_key
 from ..order.sharding import EpochOrder, RankBatch, Shard
 from ..storage import redact
+from .draws import ShardStream, SourceStream, locate
+from .sources import Mix
+from .state import MAX_DRAWS, WEIGHTS_READ, agree, check_block
 
 log = logging.getLogger(__name__)
 MIX_ORDER = "mix-1"  # the mix's draws' version, saved with every position
@@ -46,7 +46,7 @@ class MixState:
     mix: Mix
     since: tuple[int, tuple[int, ...]] | None = None
     shard_sizes: tuple[tuple[int, ...] | None, ...] = ()  # () for none
-    mix_shards: tuple[int, ...] = ()  # per source read shard by shard: its blocks' shards
+    interleave_shards: tuple[int, ...] = ()  # per source read shard by shard: its blocks' shards
     # per epoch, the (counts, draws before) the main process sent with the position (a DALI worker's copy)
     carried: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
     agreed: set[tuple] = field(default_factory=set)  # answers the ranks compared
@@ -54,13 +54,14 @@ class MixState:
 
     def __post_init__(self) -> None:
         count = len(self.mix.names)
-        self.shard_sizes, self.mix_shards = self.shard_sizes or (None,) * count, self.mix_shards or (1,) * count
+        self.shard_sizes = self.shard_sizes or (None,) * count
+        self.interleave_shards = self.interleave_shards or (1,) * count
 
     @property
     def streams(self) -> list[str]:
         """How each source is read: "records" (a permutation of its records) or "shards/B" (ShardStream)."""
         return ["records" if sizes is None else f"shards/{block}" for sizes, block in
-                zip(self.shard_sizes, self.mix_shards)]
+                zip(self.shard_sizes, self.interleave_shards)]
 
     @property
     def per_epoch(self) -> int:
@@ -97,8 +98,9 @@ class MixKeys:
         self.key = derive_key(seed, epoch) if shuffle else None
         self.starts, self.total = mix.starts, int(mix.starts[-1])
         self.streams = [SourceStream(n, seed=seed, name=name, shuffle=shuffle) if shards is None else
-                        ShardStream(shards, seed=seed, name=name, shuffle=shuffle, mix_shards=block)
-                        for n, name, shards, block in zip(mix.sizes, mix.names, state.shard_sizes, state.mix_shards)]
+                        ShardStream(shards, seed=seed, name=name, shuffle=shuffle, interleave_shards=block)
+                        for n, name, shards, block in zip(mix.sizes, mix.names, state.shard_sizes,
+                                                          state.interleave_shards)]
 
     def draws(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(source, the source's draw number since epoch 0) of each position."""
@@ -249,7 +251,7 @@ def refuse_other_mix(saved: dict[str, Any], mine: dict[str, Any], *, old: bool =
     labels = {"names": "sources", "sources": "source records (a source re-converted or replaced, or a folder's "
                                              "files renamed, moved, added or removed)",
               "epoch_size": "epoch_size", "counts": "per-source counts (weights)", "order": "mix draws' version",
-              "streams": "ways of reading the sources (sampling, mix_shards)",
+              "streams": "ways of reading the sources (sampling, interleave_shards)",
               "repeats": "aug_repeats (repeated augmentation)"}
     for key, label in labels.items():
         if key in mine and _differs(saved[key], mine[key]):

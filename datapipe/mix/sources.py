@@ -39,9 +39,9 @@ from ..augment.recipe import Recipe, resolve_recipe
 from ..checks import shown
 from ..formats import open_dataset
 from ..formats.base import Dataset
+from ..storage import redact
 from .draws import apportion
 from .state import PURE
-from ..storage import redact
 
 Weights = Union[Mapping[str, float], Callable[[int], Mapping[str, float]], None]
 NAMED = re.compile(r"^([A-Za-z0-9_.-]+)=(.+)$")  # NAME=PATH

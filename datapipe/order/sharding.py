@@ -225,7 +225,7 @@ class RankBatch:
 
 
 READ_AHEAD_SHARDS = 2  # shards a remote dataset's readers fetch ahead of the one they read
-MIX_SHARDS = 16  # ShardOrder.mix_shards' default: shards whose samples one block interleaves (see ShardOrder)
+INTERLEAVE_SHARDS = 16  # ShardOrder.interleave_shards' default: shards one block interleaves (see ShardOrder)
 Segment = tuple[int, int]  # (world size, samples each rank consumed at that world size)
 
 
@@ -235,9 +235,9 @@ class ShardOrder:
     shard-by-shard order, so it touches about shards/world shards (plus two it shares at its piece's
     ends) instead of every shard, and a node downloads only what its ranks read.
 
-    Mixing (when shuffling): a rank's piece is read in blocks of `mix_shards` consecutive shards, each
-    block interleaved (order.shardwise.InterleavedPiece), so a batch draws about equally from the block's shards instead of
-    one or two: a dataset written class by class then gives batches about as balanced as a random
+    Interleaving (when shuffling): a rank's piece is read in blocks of `interleave_shards` consecutive
+    shards, each block interleaved (order.shardwise.InterleavedPiece), so a batch draws about equally from
+    the block's shards instead of one or two: a dataset written class by class then gives batches about as balanced as a random
     permutation (tests/test_shard_mixing.py). Like Streaming's block shuffles (py1b, py1e) and
     webdataset's shuffle buffer over several open shards, memory stays bounded: a block's shards are
     all a rank reads at once, two blocks where one ends, and the next block's shards are fetched one
@@ -247,7 +247,7 @@ class ShardOrder:
     shard: 4.8x), while a rank's cache holds about 2 x 16 shards (0.5-8 GiB at this converter's
     16-256 MiB shards; `backends.shards_held`). Streaming's default block (2^18 samples) spans
     hundreds of shards; webdataset's usual 1,000-5,000-sample buffer draws from the one or two shards
-    a worker has open. Bigger batches need more shards for the same balance. mix_shards=1: shard by
+    a worker has open. Bigger batches need more shards for the same balance. interleave_shards=1: shard by
     shard, as before.
 
     A position is the list of (world size, samples each rank consumed) segments of the epoch so far:
@@ -265,14 +265,15 @@ class ShardOrder:
     seed: int = 0
     shuffle: bool = True
     drop_last: bool = False
-    mix_shards: int = MIX_SHARDS
+    interleave_shards: int = INTERLEAVE_SHARDS
 
     start = ()
 
     def __post_init__(self) -> None:
         check_order(self)
-        if not isinstance(self.mix_shards, int) or self.mix_shards < 1:
-            raise ValueError(f"mix_shards must be an int >= 1 (1: shard by shard), got {self.mix_shards!r}")
+        if not isinstance(self.interleave_shards, int) or self.interleave_shards < 1:
+            raise ValueError(f"interleave_shards must be an int >= 1 (1: shard by shard), "
+                             f"got {self.interleave_shards!r}")
 
     @property
     def size(self) -> int:
@@ -332,7 +333,7 @@ class ShardOrder:
 
     def save(self, position: tuple[Segment, ...], epoch: int = 0) -> dict[str, Any]:
         """The position's part of a loader's state_dict (samples_done, padding included, for reports)."""
-        return {"shard_position": self.encode(position), "mix_shards": self.mix_shards,
+        return {"shard_position": self.encode(position), "interleave_shards": self.interleave_shards,
                 "samples_done": sum(world * consumed for world, consumed in position), "order": ORDER}
 
     def restore(self, state: dict[str, Any]) -> tuple[Segment, ...]:
@@ -344,11 +345,12 @@ class ShardOrder:
                              "shard-wise; resume with sampling='global'")
         position = self.decode(state["shard_position"])
         refuse_another_order(state, bool(position), self.shuffle)
-        saved = int(state.get("mix_shards", 1))  # states from before mixing read shard by shard
-        if position and self.shuffle and saved != self.mix_shards:
-            log.warning("resuming mid-epoch from a state saved with mix_shards=%d, this order mixes %d: the rest "
-                        "of epoch %s may repeat or miss some samples; the next epochs are exact", saved,
-                        self.mix_shards, state.get("epoch", "?"))
+        # "mix_shards": the key's name before #49; states from before interleaving read shard by shard
+        saved = int(state.get("interleave_shards", state.get("mix_shards", 1)))
+        if position and self.shuffle and saved != self.interleave_shards:
+            log.warning("resuming mid-epoch from a state saved with interleave_shards=%d, this order interleaves %d: "
+                        "the rest of epoch %s may repeat or miss some samples; the next epochs are exact", saved,
+                        self.interleave_shards, state.get("epoch", "?"))
         return position
 
     @property
@@ -363,7 +365,7 @@ class ShardOrder:
 
     def _mixing(self, epoch: int, segment: int, world: int, rank: int) -> int | None:
         """The key that mixes a rank's piece in a segment, None where pieces are read as they are."""
-        if not self.shuffle or self.mix_shards <= 1:
+        if not self.shuffle or self.interleave_shards <= 1:
             return None
         return derive_key(self.seed, epoch, 2, segment, world, rank)
 
@@ -376,17 +378,17 @@ class ShardOrder:
         for k, (world, used) in enumerate(segments):
             piece = self._piece(len(rest), world)
             parts = [part for r in range(world) for part in InterleavedPiece(
-                rest.slice(r * piece, (r + 1) * piece), order, self.mix_shards,
+                rest.slice(r * piece, (r + 1) * piece), order, self.interleave_shards,
                 self._mixing(epoch, k, world, r)).unread(used)]
             rest = Rest(parts + (rest.slice(world * piece, len(rest)).parts if self.drop_last else []))
         world, rank = self.shard.world_size, self.shard.rank
         piece = self._piece(len(rest), world)
         real = max(0, min(piece, len(rest) - rank * piece))
-        mixed = InterleavedPiece(rest.slice(rank * piece, rank * piece + real), order, self.mix_shards,
+        mixed = InterleavedPiece(rest.slice(rank * piece, rank * piece + real), order, self.interleave_shards,
                            self._mixing(epoch, len(segments), world, rank))
         padding = (np.arange(rank * piece + real, (rank + 1) * piece) - len(rest)) % order.size  # the order's start
         count = self.num_batches(position) * self.batch_size if self.drop_last else max(0, piece - consumed)
-        lead = ((self.mix_shards if self.shuffle else 1) - 1) * self.size // len(self.shard_sizes)
+        lead = ((self.interleave_shards if self.shuffle else 1) - 1) * self.size // len(self.shard_sizes)
         return RankStream(order, mixed, padding, consumed=consumed, count=count, batch_size=self.batch_size, lead=lead)
 
     def batches(self, epoch: int, position: tuple[Segment, ...] = ()) -> Batches:
@@ -402,7 +404,7 @@ class ShardOrder:
     def shards_ahead(self, batches: Batches, count: int) -> Batches:
         """Per batch of `batches` (this order's), computed when asked for: the shards it reads, then
         those to fetch ahead of a remote dataset's readers: the next `count` shards this rank has not
-        read yet, and, when mixing, each shard from mix_shards - 1 shards' worth of samples before it
+        read yet, and, when mixing, each shard from interleave_shards - 1 shards' worth of samples before it
         would start in the unmixed order, so the next block's shards are fetched one by one while the
         current block is read."""
         return Batches(partial(batches.source.hint, count), batches.numbers)

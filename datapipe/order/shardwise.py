@@ -3,7 +3,7 @@ shard-by-shard order as a function of position, what is left of an epoch after e
 ranges and small arrays of positions, and a rank's stream of batches and read-ahead hints, computed
 one mixing block at a time.
 
-Memory: the shards' tables (O(shards)), the few blocks in flight (mix_shards shards' samples each)
+Memory: the shards' tables (O(shards)), the few blocks in flight (interleave_shards shards' samples each)
 and, after an elastic resume, one partly read block per rank of each earlier world size; never an
 array of the epoch's samples.
 """

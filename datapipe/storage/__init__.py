@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .dataset_files import open_regular
 from ..names import check_name
 from .cache import CacheFull, ShardCache, default_cache_dir
+from .dataset_files import open_regular
 from .redaction import redact
 from .urls import RemoteStore, RetryPolicy, StoreAccessDenied, StoreError, StoreNotFound, StoreUnavailable, is_url
 

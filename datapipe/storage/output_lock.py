@@ -27,8 +27,8 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .durable import open_own
 from ..errors import ExpectedError, plain
+from .durable import open_own
 
 HEARTBEAT_S = 30.0  # the holder touches its lock this often
 STALE_S = 600.0  # another host's lock untouched this long is taken for dead

@@ -16,8 +16,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from ..storage.durable import NotOwnFile, atomic_write, open_own
 from ..errors import counted, plain
+from ..storage.durable import NotOwnFile, atomic_write, open_own
 
 log = logging.getLogger("datapipe.train")
 AUTO, OFF = "auto", "off"

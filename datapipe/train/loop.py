@@ -23,9 +23,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..storage.durable import write_text
 from ..errors import counted
 from ..storage import redact
+from ..storage.durable import write_text
 from . import checkpoint, metrics_log
 from .board import Board
 from .clock import make_clock
@@ -37,8 +37,8 @@ from .guard import NonFiniteGuard
 from .loaders import build_loaders
 from .models import build_model, check_image_sizes
 from .objective import Criterion, count_correct, unlabelled
-from .out_lock import out_lock
 from .optim import build_optimizer
+from .out_lock import out_lock
 from .preempt import Preempted, Preemption
 from .profiling import epoch_profiler
 from .resume import CheckpointedRun

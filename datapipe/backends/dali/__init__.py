@@ -28,9 +28,9 @@ from ...order.sharding import EpochOrder, ShardOrder, record_of
 from ...storage.redaction import mask_library_output
 from ..bad_samples import BadSample, record_path
 from ..base import Batch, Loader
+from ..deaths import UNKNOWN_EXIT, WorkerDied, exit_description, worker_died, workers_start_deaf
 from ..fields import TokenizerFailed, check_picklable
 from ..options import LoaderOptions
-from ..deaths import UNKNOWN_EXIT, WorkerDied, exit_description, worker_died, workers_start_deaf
 from .graph import HW_DECODER_LOAD, build_pipeline, thread_budget
 from .handoff import Handoff
 from .source import EpochTable, PlannedSource, ViewSettings

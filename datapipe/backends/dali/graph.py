@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from ...augment.dali import Context, apply_ops
 from ...augment.plan import fill_color
-from ...augment.slots import OpBounds, op_bounds
 from ...augment.recipe import Recipe
+from ...augment.slots import OpBounds, op_bounds
 
 # nvJPEG's buffers sized once, up front, in training pipelines, with the values DALI's ResNet-50
 # example and NVIDIA's DeepLearningExamples use for ImageNet (the paddings cover its largest images,

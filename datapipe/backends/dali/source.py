@@ -22,16 +22,16 @@ from typing import Any
 
 import numpy as np
 
-from ...augment.dali import INTERP_CODES, slot_matrices
 from ...augment import plan as planner
+from ...augment.dali import INTERP_CODES, slot_matrices
 from ...augment.plan import SamplePlan
-from ...augment.slots import OpBounds, merged_bounds, op_bounds, ops_row, placed_chains, placed_ops
 from ...augment.recipe import Recipe
+from ...augment.slots import OpBounds, merged_bounds, op_bounds, ops_row, placed_chains, placed_ops
 from ...formats.base import Dataset
-from ...mix.dataset import recipe_lookup, recipes_of
 from ...image.geometry import ViewGeometry, view_of
 from ...image.headers import BadImageError, image_ext, jpeg_scan_start, png_has_transparency
 from ...image.layout import image_dims
+from ...mix.dataset import recipe_lookup, recipes_of
 from ...order.sharding import EpochOrder, READ_AHEAD_SHARDS, ShardOrder, record_of
 from ...storage.isolate import forks_nothing, may_fork_workers
 from ..bad_samples import serve_or_substitute

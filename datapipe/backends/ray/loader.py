@@ -31,8 +31,8 @@ from ..options import LoaderOptions
 from ..prefetch import ahead_on_stream
 from ..threads import thread_view
 from . import session
-from .pool import ActorPool, Member
 from .autoscale import Sizing
+from .pool import ActorPool, Member
 
 log = logging.getLogger(__name__)
 POLL_S = 0.5  # how often a wait for a batch checks that its actor still runs

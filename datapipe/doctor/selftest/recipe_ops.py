@@ -16,8 +16,8 @@ from ...augment.cpu import apply_ops as cpu_apply_ops
 from ...augment.dali import Context, apply_ops, modules, slot_matrices
 from ...augment.ops import KIND_ID, KINDS
 from ...augment.plan import Op, fill_color
-from ...augment.slots import OpBounds, ops_row
 from ...augment.recipe import PRESETS
+from ...augment.slots import OpBounds, ops_row
 from .report import Result
 
 # DALI vs augment.cpu on the same uint8 input, per kind: (mean |difference| in levels, share of values
