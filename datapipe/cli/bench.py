@@ -6,7 +6,7 @@ import logging
 import sys
 
 from ..backends.registry import backend_names, local_backends
-from .flags import add_remote_options, join_ray_address, library_quiet, resources
+from .flags import add_remote_options, join_ray_address, library_quiet, ray_resources
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +17,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
                         "of Ray actors, on the Ray at RAY_ADDRESS, else a local one; docs/pool.md)")
     p.add_argument("--pool-workers", type=pool_sizes, default=(), metavar="N[,N...]",
                    help="backend ray: the pool sizes to run, one row each (default: --workers's value)")
-    p.add_argument("--pool-resources", type=resources, default=(), metavar="NAME=N[,NAME=N]",
+    p.add_argument("--pool-resources", type=ray_resources, default=(), metavar="NAME=N[,NAME=N]",
                    help="backend ray: Ray resources each actor asks for, e.g. datapipe=1 keeps the pool on the nodes "
                         "started with --resources='{\"datapipe\": N}' (docs/clusters.md)")
     p.add_argument("--suites", default="read,decode,baseline,pipeline,h2d",
@@ -63,7 +63,7 @@ def run_bench(args: argparse.Namespace) -> int:
         image_size=args.image_size, seconds=args.seconds, repeats=args.repeats, warmup=args.warmup,
         workers=args.workers, simulate_step_ms=args.simulate_step, split=args.split, sampling=args.sampling,
         cache_dir=args.cache_dir, cache_limit=args.cache_limit, recipe=args.recipe, pool_workers=args.pool_workers,
-        poolresources=args.poolresources)
+        pool_resources=args.pool_resources)
     if "ray" in options.backends:
         join_ray_address()
     # no "backend (requested)" line per loader built: the progress bar is the only output

@@ -52,7 +52,7 @@ def pool_size(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"{text!r} is not a pool size; write a number or auto") from None
 
 
-def resources(text: str) -> tuple[tuple[str, float], ...]:
+def ray_resources(text: str) -> tuple[tuple[str, float], ...]:
     """'datapipe=1' -> (('datapipe', 1.0),), within Ray's limits on an amount (pool_sizing.resource_pairs)."""
     from ..pool_sizing import resource_pairs
 

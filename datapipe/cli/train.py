@@ -7,7 +7,7 @@ import logging
 import sys
 
 from ..backends.registry import backend_choices
-from .flags import add_remote_options, join_ray_address, pool_size, resources
+from .flags import add_remote_options, join_ray_address, pool_size, ray_resources
 from .mix import add_mix_arguments, parse_weights
 
 
@@ -73,7 +73,7 @@ def _add_train_data(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pool-workers", type=pool_size, metavar="N|auto",
                    help="backend ray: actors in each rank's pool, or auto (grows while training waits on data; "
                         "default: --workers's value)")
-    p.add_argument("--pool-resources", type=resources, metavar="NAME=N[,NAME=N]",
+    p.add_argument("--pool-resources", type=ray_resources, metavar="NAME=N[,NAME=N]",
                    help="backend ray: Ray resources each actor asks for, e.g. datapipe=1 (docs/clusters.md)")
 
 
