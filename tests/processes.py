@@ -25,10 +25,37 @@ def deadline(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+def descendants(pid: int) -> list[int]:
+    """Every living process below `pid`, children first (from /proc; a launcher such as torchrun starts
+    its ranks in sessions of their own, which a signal to the session leader's group misses)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
 def run_in_session(argv: list[str], timeout: float, *, cwd=None, check: bool = True,
                    env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run `argv` as the leader of a new session; on a timeout fail with where every Python process it
-    started stood (faulthandler's stacks, dumped on SIGABRT), then kill them all."""
+    started stood (faulthandler's stacks, dumped on SIGABRT), then kill them all, those in sessions of
+    their own too."""
     # Unbuffered stdio: a process forked while another thread of its parent holds stderr's buffer lock
     # inherits it held and waits on it for good (CPython gh-84579, open); raw stdio has no such lock.
     # An Accelerate rank forked by notebook_launcher once stood so in faulthandler.enable's flush.
@@ -38,16 +65,21 @@ def run_in_session(argv: list[str], timeout: float, *, cwd=None, check: bool = T
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGABRT)  # each Python process prints its threads' stacks
+        tree = [process.pid, *descendants(process.pid)]  # before any dies and its children move to init
+        signal_all(tree[::-1], signal.SIGABRT)  # each Python process prints its threads' stacks, ranks first
         try:
             _, stderr = process.communicate(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        signal_all(tree, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        _, stderr = process.communicate()  # everything it printed, the stacks included
-        raise AssertionError(f"{argv[:3]} did not finish in {timeout} s (a hang); the stacks: {stderr[-12000:]}") from None
+        try:
+            _, stderr = process.communicate(timeout=30)  # everything it printed, the stacks included
+        except subprocess.TimeoutExpired:
+            stderr = "(its output's pipes are still held open by a process not found)"
+        stacks = "\n".join(line for line in (stderr or "").splitlines() if not line.startswith("Extension modules:"))
+        raise AssertionError(f"{argv[:3]} did not finish in {timeout} s (a hang); the stacks: {stacks[-12000:]}") from None
     if check:
         assert process.returncode == 0, stderr[-3000:]
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)

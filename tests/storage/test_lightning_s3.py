@@ -1,7 +1,7 @@
-"""An s3:// dataset (moto on loopback) read by ranks that trainers start as multiprocessing children,
-each with 2 DataLoader workers: the rank reads the manifest, then its workers read the shards. A
-process that made an obstore request must not fork a worker that makes one (it hangs): ranks forked
-by Accelerate's notebook_launcher, and spawned Lightning ranks whose workers are forked."""
+"""An s3:// dataset (moto on loopback) read by ranks that trainers start, each with 2 DataLoader
+workers: the rank reads the manifest, then its workers read the shards. A process that made an
+obstore request must not fork a worker that makes one (it hangs): Accelerate's ranks under torchrun
+and spawned Lightning ranks, whose workers are forked."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,7 +29,7 @@ def test_an_s3_dataset_under_lightning_ddp_spawn_with_two_workers_per_rank(s3, p
     check_epochs(ranks, len(open_dataset(packed_wds)), 2)
 
 
-def test_an_s3_dataset_under_accelerate_notebook_launcher_forked_ranks(s3, packed_wds, tmp_path):
+def test_an_s3_dataset_under_accelerate_with_two_workers_per_rank(s3, packed_wds, tmp_path):
     if not installed("accelerate"):  # found, not imported: the ranks import it, not this process
         pytest.skip("accelerate is not installed")
     url = s3.bucket("accelerate-fork") + "/fixture.wds"

@@ -4,21 +4,25 @@ OUT/served-rank{r}.jsonl; state is saved mid-epoch and at an epoch's end with sa
 
 python accelerate_run.py DATA OUT [--resume DIR] [--save-step N] [--save-epoch E] [--max-steps N]
     [--prepare-loader] [--workers N] [--processes N] [--then DATA OUT ...]
-(CPU processes, 2 by default, through accelerate.notebook_launcher: `accelerate launch --cpu` starts one, or
-needs MPI). DATA: a dataset, or mix:NAME=PATH,... (tests/trainers/mixed.py: each batch's sources, labels and
+(CPU processes, 2 by default, each this script under torchrun, which Accelerate reads as MULTI_CPU with
+gloo.) DATA: a dataset, or mix:NAME=PATH,... (tests/trainers/mixed.py: each batch's sources, labels and
 per-sample pixel sums are written too). Each `--then` starts another launch, with its own arguments, once
-the one before has ended (its processes forked from this one: no second start-up).
+the one before has ended. torchrun starts each rank as a new interpreter: accelerate's notebook_launcher
+forks them from a process whose launcher threads run, and a rank forked while one of them held a lock
+waited on it for good (twice in this suite: once in stderr's buffer, once in a CI run).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
 import torch
-from accelerate import Accelerator, notebook_launcher
+from accelerate import Accelerator
 
 import datapipe
 
@@ -68,7 +72,7 @@ def train(args: argparse.Namespace) -> None:
     accelerator.end_training()
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
     parser.add_argument("data")
     parser.add_argument("out")
@@ -80,17 +84,30 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, help="stop after this step (a --save-step there is saved first)")
     parser.add_argument("--prepare-loader", action="store_true")
     parser.add_argument("--processes", type=int, default=2)
-    import torch._dynamo  # noqa: F401  (DistributedDataParallel, through prepare, imports it: ~2 s in each rank,
-    # once here instead, before the launches fork the ranks)
+    return parser
+
+
+def main() -> None:
+    if "LOCAL_RANK" in os.environ:  # a rank, started by torchrun
+        train(parser().parse_args())
+        # Leave without finalizing the interpreter: torch 2.13's gloo worker thread may destroy a finished
+        # allreduce (DDP's) while Py_FinalizeEx runs; its thread-local state's Python object then takes the
+        # GIL, the thread exits under a noexcept destructor and std::terminate aborts the rank (about 1 run
+        # in 20 here; a core showed ProcessGroupGloo::runLoop -> ~AsyncAllreduceWork -> gil_scoped_acquire).
+        # Everything the rank writes is closed by then (its log; save_state's files).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     launches = [[]]
     for arg in sys.argv[1:]:
         launches.append([]) if arg == "--then" else launches[-1].append(arg)
     for argv in launches:
-        args = parser.parse_args(argv)
+        args = parser().parse_args(argv)
         with socket.socket() as probe:  # a free port on loopback
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
-        notebook_launcher(train, args=(args,), num_processes=args.processes, use_port=str(port))
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.processes),
+                        "--master_addr", "127.0.0.1", "--master_port", str(port), __file__, *argv], check=True)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Hugging Face Accelerate with the real library (2 CPU processes through notebook_launcher, gloo):
+"""Hugging Face Accelerate with the real library (2 CPU processes under torchrun, gloo):
 model and optimizer through accelerator.prepare, the loader as it is, its state carried by
 register_for_checkpointing + save_state/load_state; over a datapipe.Mix, a state saved mid-epoch by
 2 processes loaded by 3."""
