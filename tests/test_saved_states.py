@@ -1,7 +1,7 @@
 """States saved before the house moved (tests/saved_states/, written by the code at a97eded, before #49's
 package layout) load and resume unchanged: a single dataset's loader state mid-epoch, a Mix's, and a
 `datapipe train` checkpoint over the packed fixture. So do shard-wise states written at 8b2a9ad, before
-shard interleaving's `mix_shards` was named `interleave_shards` (write_shard_states.py): a .wds's, whose
+shard interleaving's `mix_shards` was named `interleave_shards` (write_states.py --shards): a .wds's, whose
 state holds the old key, and a Mix's with a .wds read shard by shard.
 
 The loader states were written over the fixture folder converted as tests/conftest.py converts it (the
