@@ -56,16 +56,17 @@ def shards_held(options: LoaderOptions, shard_samples: list[int], interleave_sha
     its window (datapipe.storage.files) and fetches READ_AHEAD_SHARDS past it. When training, shards
     are interleaved in blocks of ShardOrder.interleave_shards: the window spans whole blocks, and the
     next block's shards are fetched while one is read (ShardOrder.shards_ahead), which where the window
-    straddles two blocks reaches into a third: at most the window's shards, at most a block's."""
+    straddles two blocks reaches into a third: at most the window's shards, at most a block's. Never
+    more than the split has."""
     in_flight = max(options.workers, 1) * options.prefetch_factor * options.batch_size
     smallest = max(1, min(shard_samples))
     window = math.ceil(in_flight / smallest)
     block = min(interleave_shards, len(shard_samples)) if options.train else 1
     if block == 1:
-        return window + 2 + READ_AHEAD_SHARDS
+        return min(window + 2 + READ_AHEAD_SHARDS, len(shard_samples))
     lead = math.ceil((block - 1) * sum(shard_samples) / len(shard_samples) / smallest)
     blocks = math.ceil(in_flight / (block * smallest)) + 1
-    return block * blocks + min(window, lead) + 1 + READ_AHEAD_SHARDS
+    return min(block * blocks + min(window, lead) + 1 + READ_AHEAD_SHARDS, len(shard_samples))
 
 
 def shard_block(options: LoaderOptions, dataset: Dataset) -> int:
@@ -127,7 +128,8 @@ def mix_order(dataset: MixDataset, options: LoaderOptions, shard: Shard) -> MixO
             windows.append((source, blocks[-1]))
     for source, block in windows:  # the node's ranks read the same window of the stream: two blocks, what's in flight
         biggest = source.shard_entries().largest
-        held = 2 * block + shards_held(options, [int(n) for n in source.shard_sizes()], 1)
+        sizes_of = [int(n) for n in source.shard_sizes()]
+        held = min(2 * block + shards_held(options, sizes_of, 1), len(sizes_of))
         source.location.cache.require(held * biggest, f"a Mix reads {source} shard by shard: about {held} shards at "
                                                       f"once (2 blocks of {block} and what batches in flight span)")
     return MixOrder(dataset.mix.epoch_size, options.batch_size, shard, options.seed, shuffle=options.train,

@@ -4,7 +4,7 @@ image, records and the leaves."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from ..records import MANIFEST_NAME, Manifest, SplitNotFound
@@ -75,6 +75,11 @@ def read_remote_manifest(store: RemoteStore) -> Manifest:
     try:
         text = store.read(MANIFEST_NAME, limit=MANIFEST_MAX_BYTES, what="manifest")
     except StoreNotFound:
+        suffix = PurePosixPath(store.describe().rstrip("/")).suffix.lower()
+        named = next((spec.name for spec in FORMATS.values() if suffix in spec.suffixes), None)
+        if named is not None and named != wds.NAME:  # an LMDB or HDF5 file uploaded whole: no manifest beside it
+            raise ValueError(f"{store.describe()} is named as a {named} dataset: only .wds datasets stream from "
+                             "object storage. Download it to a local disk, or convert the images to .wds") from None
         raise StoreNotFound(f"{store.describe(MANIFEST_NAME)} does not exist: {store.describe()} is not a datapipe "
                             "dataset, or its conversion did not finish (`datapipe convert SRC URL --resume`)") from None
     return Manifest.from_json(text.decode("utf-8"), source=store.describe(MANIFEST_NAME))

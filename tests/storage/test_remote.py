@@ -132,6 +132,20 @@ def test_a_missing_dataset_or_object_is_named_at_once(s3):
         open_dataset(f"{bucket}/none.wds")
 
 
+@pytest.mark.parametrize("name", ["imagenet.h5", "imagenet.hdf5", "imagenet.lmdb"])
+def test_a_packed_file_uploaded_whole_is_refused_as_a_format_that_does_not_stream(s3, packed_hdf5, name):
+    """An HDF5 (or LMDB) file copied to a bucket has no manifest beside it: the answer is that only
+    .wds streams, not advice to finish a conversion that never ran."""
+    from datapipe.storage import RemoteStore
+
+    url = s3.bucket("files") + "/" + name
+    RemoteStore(s3.bucket("files")).upload(name, packed_hdf5.read_bytes())
+    with pytest.raises(ValueError, match=rf"s3://files/{name} is named as a (hdf5|lmdb) dataset: only .wds datasets "
+                                         "stream from object storage") as caught:
+        make_loader(url, **SMALL)
+    assert "--resume" not in str(caught.value) and "\n" not in str(caught.value)
+
+
 def test_a_cached_shard_of_the_wrong_size_is_fetched_again_and_a_damaged_upload_refused(s3_wds, packed_wds):
     ds = open_dataset(s3_wds)
     expected = read_all(ds)
