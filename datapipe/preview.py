@@ -17,6 +17,7 @@ import torch
 from .augment.recipe import Recipe, resolve_recipe
 from .backends import make_loader
 from .backends.registry import backend_spec, local_backends, preview_backends
+from .checks import shown
 from .errors import ExpectedError, counted, first_line
 from .mix.sources import Mix
 
@@ -45,6 +46,8 @@ class PreviewOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "recipe", resolve_recipe(self.recipe))
+        if not isinstance(self.backends, (list, tuple)) or not all(isinstance(b, str) for b in self.backends):
+            raise ValueError(f"backends must be a tuple of backend names, got {shown(self.backends)}")
         object.__setattr__(self, "backends", tuple(self.backends))
         if not 1 <= self.records <= 64 or not 1 <= self.epochs <= 16:
             raise ValueError(f"records must be within 1..64 and epochs within 1..16 (one picture), got "
@@ -52,8 +55,9 @@ class PreviewOptions:
         allowed = local_backends()
         unknown = [b for b in self.backends if b not in allowed]
         if unknown or not self.backends or len(set(self.backends)) != len(self.backends):
-            raise ValueError(f"backends {','.join(self.backends) or '(none)'}: unknown or repeated "
-                             f"{unknown or 'names'}; choose distinct ones of {','.join(allowed)}")
+            what = shown(unknown) if unknown else "names"
+            raise ValueError(f"backends {shown(self.backends)}: unknown or repeated {what}; choose distinct ones of "
+                             f"{','.join(allowed)}")
         if self.image_size < 8:
             raise ValueError(f"image_size must be at least 8 pixels, got {self.image_size}")
 
@@ -116,11 +120,11 @@ def preview(source: Any, options: PreviewOptions | None = None) -> Preview:
     by_backend: dict[str, list[Row]] = {}
     bad: dict[str, str] = {}
     for backend in options.backends:
-        spec = backend_spec(backend)
-        if not spec.installed():
-            shown.notes.append(f"{backend}: skipped, not installed ({spec.install_hint()})")
-            continue
         try:
+            spec = backend_spec(backend)
+            if not spec.installed():
+                shown.notes.append(f"{backend}: skipped, not installed ({spec.install_hint()})")
+                continue
             by_backend[backend] = _backend_rows(source, backend, options, bad)
         except Exception as exc:  # one backend failing must not hide the others
             log.debug("preview: backend %s failed", backend, exc_info=True)

@@ -72,6 +72,12 @@ def test_an_unknown_backend_is_a_one_line_error(backends, match):
     assert "\n" not in str(caught.value) and "threads,dataloader,prefetch,dali" in str(caught.value)
 
 
+@pytest.mark.parametrize("backends", ["threads", None, ("threads", 5)])
+def test_backends_that_are_not_a_tuple_of_names_are_a_one_line_error(backends):
+    with pytest.raises(ValueError, match="backends must be a tuple of backend names"):
+        PreviewOptions(backends=backends)
+
+
 @pytest.fixture
 def dali_absent():
     """DALI's registration as a machine without it sees it: its required module is not there."""

@@ -2,6 +2,7 @@
 registration, run through make_loader and offered by the CLI; the built-in entries read from the tables."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sys
@@ -89,7 +90,7 @@ def test_what_a_backend_honours_is_read_from_its_registration(packed_lmdb):
                                  extra="absent", preview=False))
     try:
         with pytest.raises(ValueError, match=r"backend='graph' cannot apply a Python transform inside its graph: use "
-                                             r"one of threads, dataloader, prefetch, ray, absent for transform="):
+                                             r"backend='threads' or 'dataloader' or 'prefetch' or 'ray' or 'absent'$"):
             make_loader(packed_lmdb, backend="graph", transform=Flip(), **SMALL)
         with pytest.raises(ValueError, match=r"backend='absent' cannot make an opaque transform \(function\) "
                                              r"deterministic .* use backend='dataloader' or 'prefetch'"):
@@ -109,6 +110,42 @@ def test_what_a_backend_honours_is_read_from_its_registration(packed_lmdb):
         BackendSpec("odd", InlineLoader, transforms="some")
     with pytest.raises(ValueError, match="requires must be a module's dotted name"):
         BackendSpec("odd", InlineLoader, requires="not a module")
+
+
+def test_a_plugin_spec_written_wrong_is_refused_in_one_bounded_line(tmp_path, monkeypatch):
+    """The adversarial pass over #49's fields: flags that are not bools, an extra that would be a shell
+    command in the printed hint, names of a megabyte; a required module whose parent fails to import is
+    not installed (no traceback out of the preview)."""
+    from datapipe.backends.registry import module_installed
+
+    for field, value in (("inline_without_workers", "no"), ("preview", 1)):
+        with pytest.raises(ValueError, match=f"{field} must be True or False"):
+            BackendSpec("odd", InlineLoader, **{field: value})
+    for extra in ("x]' ; touch ~/pwned ; echo '", "dali ray", 5, "e" * 1_000_000):
+        with pytest.raises(ValueError, match="extra must be a pip extra's name") as caught:
+            BackendSpec("odd", InlineLoader, extra=extra)
+        assert len(str(caught.value)) < 400
+    with pytest.raises(ValueError, match="requires must be a module's dotted name"):
+        BackendSpec("odd", InlineLoader, requires="m" * 1_000_000)
+    (tmp_path / "boom").mkdir()
+    (tmp_path / "boom" / "__init__.py").write_text("raise RuntimeError('plugin parent broken')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert not module_installed("boom.sub") and not module_installed("os.nope") and module_installed("json.decoder")
+
+
+def test_the_transform_refusals_stay_bounded_and_say_so_when_no_backend_takes_one(packed_lmdb):
+    with pytest.raises(ValueError, match=r"transform must be .* got 'xxx") as caught:
+        make_loader(packed_lmdb, backend="threads", transform="x" * 1_000_000, **SMALL)
+    assert len(str(caught.value)) < 400
+    replaced = [backends.backend_spec(name) for name in ("dataloader", "prefetch")]
+    try:
+        for spec in replaced:
+            register_backend(dataclasses.replace(spec, transforms="portable"), replace=True)
+        with pytest.raises(ValueError, match="no registered backend takes any callable, or write it as a datapipe"):
+            make_loader(packed_lmdb, backend="threads", transform=lambda im: im, **{**SMALL, "num_workers": 1})
+    finally:
+        for spec in replaced:
+            register_backend(spec, replace=True)
 
 
 class ListingDataset(Dataset):

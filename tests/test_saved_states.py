@@ -84,6 +84,16 @@ def test_a_shard_wise_state_saved_under_the_old_key_resumes_at_its_position(pack
     assert loader.state_dict()["interleave_shards"] == 3 and "mix_shards" not in loader.state_dict()
 
 
+@pytest.mark.parametrize("key", ["interleave_shards", "mix_shards"])
+@pytest.mark.parametrize("value", [None, "abc", True, -5, 2.7, float("nan"), [[2]], pytest.param(10**5000, id="huge")])
+def test_a_damaged_interleave_key_is_refused_in_one_line_naming_it(packed_wds, key, value):
+    state = {k: v for k, v in saved("loader_shards")["state"].items() if k != "mix_shards"} | {key: value}
+    loader = make_loader(str(packed_wds), backend="threads", **SMALL, **SHARDS)
+    with pytest.raises(ValueError, match=rf"cannot resume: the state's {key} is .*, not a number of shards") as caught:
+        loader.load_state_dict(state)
+    assert "\n" not in str(caught.value) and len(str(caught.value)) < 400
+
+
 def test_a_mix_state_with_a_source_read_shard_by_shard_resumes_at_its_position(packed_wds, packed_lmdb):
     written = saved("loader_mix_shards")
 

@@ -11,6 +11,7 @@ import torch
 from ..augment.custom import Transform
 from ..augment.recipe import Recipe, resolve_recipe
 from ..augment.resolution import size_schedule
+from ..checks import shown
 from ..formats import open_dataset
 from ..formats.base import Dataset
 from ..mix.dataset import MixDataset
@@ -39,15 +40,21 @@ def check_transform(transform: Any, spec: BackendSpec, *, workers: int) -> None:
     portable = isinstance(transform, Transform)
     if not portable and not callable(transform):
         raise ValueError(f"transform must be a datapipe.Transform or a callable on a uint8 CHW tensor, "
-                         f"got {transform!r}")
+                         f"got {shown(transform)}")
     if spec.transforms == "none":
-        raise ValueError(f"backend={spec.name!r} cannot apply a Python transform inside its graph: use one of "
-                         f"{', '.join(transform_backends('portable'))} for transform=")
+        raise ValueError(f"backend={spec.name!r} cannot apply a Python transform inside its graph: "
+                         f"{_honouring('portable')}")
     if not portable and spec.transforms != "any" and not (spec.inline_without_workers and workers == 0):
         raise ValueError(f"backend={spec.name!r} cannot make an opaque transform ({type(transform).__name__}) "
-                         "deterministic per record (its decode threads share the global random generators): use "
-                         f"backend={' or '.join(repr(b) for b in transform_backends('any'))}, or write it as a "
-                         "datapipe.Transform (draw + apply)")
+                         f"deterministic per record (its decode threads share the global random generators): "
+                         f"{_honouring('any')}, or write it as a datapipe.Transform (draw + apply)")
+
+
+def _honouring(kind: str) -> str:
+    """Which registered backends take a transform of `kind`, as advice."""
+    names = transform_backends(kind)
+    return (f"use backend={' or '.join(repr(b) for b in names)}" if names else
+            f"no registered backend takes {'any callable' if kind == 'any' else 'a datapipe.Transform'}")
 
 
 def shards_held(options: LoaderOptions, shard_samples: list[int], interleave_shards: int) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -24,6 +25,9 @@ class Situation:
 
 
 TRANSFORMS = ("any", "portable", "none")  # BackendSpec.transforms' values
+NAME_MAX = 200  # characters of BackendSpec.requires and .extra at most
+EXTRA = re.compile(r"([A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)?")  # a pip extra's name (PEP 685), or ''
+
 
 
 @dataclass(frozen=True)
@@ -63,13 +67,19 @@ class BackendSpec:
                              f"got {shown(self.auto)}")
         if type(self.auto_rank) is not int:
             raise ValueError(f"backend {self.name!r}: auto_rank must be an int, got {shown(self.auto_rank)}")
+        for flag in ("inline_without_workers", "preview"):
+            if type(getattr(self, flag)) is not bool:
+                raise ValueError(f"backend {self.name!r}: {flag} must be True or False, got {shown(getattr(self, flag))}")
         if self.transforms not in TRANSFORMS:
             raise ValueError(f"backend {self.name!r}: transforms must be one of {TRANSFORMS}, "
                              f"got {shown(self.transforms)}")
-        if not isinstance(self.requires, str) or (self.requires and not all(
+        if not isinstance(self.requires, str) or len(self.requires) > NAME_MAX or (self.requires and not all(
                 part.isidentifier() for part in self.requires.split("."))):
             raise ValueError(f"backend {self.name!r}: requires must be a module's dotted name or '', "
                              f"got {shown(self.requires)}")
+        if not isinstance(self.extra, str) or len(self.extra) > NAME_MAX or not EXTRA.fullmatch(self.extra):
+            raise ValueError(f"backend {self.name!r}: extra must be a pip extra's name (letters, digits, '-', '_', "
+                             f"'.') or '', got {shown(self.extra)}")
 
     def installed(self) -> bool:
         """Whether the module it requires (if any) can be imported here."""
@@ -153,9 +163,13 @@ def backend_spec(name: str) -> BackendSpec:
 
 
 def module_installed(name: str) -> bool:
-    """Whether the module `name` (dotted) can be imported, found without importing it."""
+    """Whether the module `name` (dotted) can be found; finding a submodule imports its parent packages
+    (nvidia, a namespace, for nvidia.dali), and a parent that fails to import counts as not installed."""
     parts = name.split(".")
-    return all(importlib.util.find_spec(".".join(parts[:n])) is not None for n in range(1, len(parts) + 1))
+    try:
+        return all(importlib.util.find_spec(".".join(parts[:n])) is not None for n in range(1, len(parts) + 1))
+    except Exception:  # noqa: BLE001 - a parent whose import raises, or a module that is no package
+        return False
 
 
 def dali_installed() -> bool:

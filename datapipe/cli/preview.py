@@ -31,7 +31,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 
 
 def run_preview(args: argparse.Namespace) -> int:
-    from ..errors import counted
+    from ..errors import counted, plain
     from ..preview import PreviewOptions, describe_recipe, preview
     from .recipe import train_recipe
 
@@ -40,8 +40,8 @@ def run_preview(args: argparse.Namespace) -> int:
                              seed=args.seed, split=args.split)
     with library_quiet(logging.ERROR, unless=args.verbose):  # the loaders' own lines become the notes below
         shown = preview(source_of_args(args.data, args.weights, args.epoch_size, split=args.split), options)
-    for note in shown.notes:
-        print(f"note: {note}")
+    for note in shown.notes:  # a plugin's names and a bad file's reason may hold anything: one bounded line each
+        print(f"note: {plain(note, 900)}")
     path = shown.save(args.out)
     backends = list(dict.fromkeys(row.backend for row in shown.rows))
     print(f"wrote {path}: {counted(options.epochs, 'epoch')} x {', '.join(backends)}, "

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checks import integer
+from ..checks import integer, shown
 from .permutation import Batches, Permutation, derive_key
 from .shardwise import InterleavedPiece, RankStream, Rest, ShardwisePermutation
 
@@ -226,6 +226,7 @@ class RankBatch:
 
 READ_AHEAD_SHARDS = 2  # shards a remote dataset's readers fetch ahead of the one they read
 INTERLEAVE_SHARDS = 16  # ShardOrder.interleave_shards' default: shards one block interleaves (see ShardOrder)
+MAX_INTERLEAVE_SHARDS = 10**9  # a saved state's value past this is not a shard count (MAX_SHARDS)
 Segment = tuple[int, int]  # (world size, samples each rank consumed at that world size)
 
 
@@ -346,7 +347,11 @@ class ShardOrder:
         position = self.decode(state["shard_position"])
         refuse_another_order(state, bool(position), self.shuffle)
         # "mix_shards": the key's name before #49; states from before interleaving read shard by shard
-        saved = int(state.get("interleave_shards", state.get("mix_shards", 1)))
+        key = "interleave_shards" if "interleave_shards" in state else "mix_shards"
+        saved = state.get(key, 1)
+        if type(saved) is not int or not 1 <= saved <= MAX_INTERLEAVE_SHARDS:
+            raise ValueError(f"cannot resume: the state's {key} is {shown(saved)}, not a number of shards "
+                             f"(1..{MAX_INTERLEAVE_SHARDS:,}); the state is damaged or not a datapipe loader's")
         if position and self.shuffle and saved != self.interleave_shards:
             log.warning("resuming mid-epoch from a state saved with interleave_shards=%d, this order interleaves %d: "
                         "the rest of epoch %s may repeat or miss some samples; the next epochs are exact", saved,
