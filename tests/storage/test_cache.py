@@ -279,9 +279,13 @@ def test_the_default_cache_is_node_local_and_a_network_filesystem_is_warned_abou
 
 
 def test_the_limit_must_hold_the_shards_a_ranks_workers_have_in_flight(s3_wds):
+    """The fixture's train split has 4 shards: what workers, neighbours and read-ahead would hold (6 and
+    more) is capped there, never past what the split has (shards_held's own test covers 96 shards)."""
     ds = open_dataset(s3_wds)
-    biggest = max(s["bytes"] for s in ds.shard_entries())
+    entries = list(ds.shard_entries())
+    biggest = max(s["bytes"] for s in entries)
+    assert len(entries) == 4
     options = dict(batch_size=4, image_size=16, device="cpu", prefetch_factor=2)
-    make_loader(s3_wds, cache_limit=6 * biggest, num_workers=1, **options)  # 8 samples in flight: 2 shards + 4
-    with pytest.raises(ValueError, match=r"each holding \d+ shards at once \(those its workers' batches in flight"):
-        make_loader(s3_wds, cache_limit=6 * biggest, num_workers=4, **options)  # 32 samples span more shards
+    make_loader(s3_wds, cache_limit=4 * biggest, num_workers=4, **options)  # 32 samples in flight: all 4 shards
+    with pytest.raises(ValueError, match=r"each holding 4 shards at once \(those its workers' batches in flight"):
+        make_loader(s3_wds, cache_limit=3 * biggest, num_workers=1, **options)  # 8 in flight: 2 + 2 + 2, capped at 4
