@@ -3,8 +3,6 @@ splits, row groups; what an open file holds in memory; a bad multi-label id unde
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -72,35 +70,6 @@ def big_file(path: Path) -> Path:
     table = pa.table({"image": images, "caption": pa.array([f"caption {i}" for i in range(N)]), "labels": ids})
     pq.write_table(table, path, row_group_size=1000)
     return path
-
-
-MEASURE = """import pickle, sys, tracemalloc
-from datapipe.formats.parquet import ParquetDataset
-path, n = sys.argv[1], int(sys.argv[2])
-ParquetDataset(path)  # pyarrow's modules imported outside the measure
-tracemalloc.start()
-before, _ = tracemalloc.get_traced_memory()
-ds = ParquetDataset(path)
-held, _ = tracemalloc.get_traced_memory()
-tracemalloc.stop()
-last = ds.record(n - 1)  # its row group read now (kept: one a process, not measured)
-sent = pickle.dumps(ds)
-print(held - before, len(ds.classes), last.label, last.fields.text, len(sent), pickle.loads(sent).record(n - 1) == last,
-      sep="\\t")
-"""
-
-
-def test_an_open_file_holds_and_sends_no_per_row_labels(tmp_path):
-    """Measured in a fresh interpreter: tracemalloc in a busy pytest worker once counted another thread's
-    2.6 MB, and a child forked from a worker that had used pyarrow died of SIGSEGV (pyarrow's threads)."""
-    path = big_file(tmp_path / TRAIN)
-    done = subprocess.run([sys.executable, "-c", MEASURE, str(path), str(N)], capture_output=True, text=True,
-                          timeout=300, cwd=Path(__file__).resolve().parents[2])
-    assert done.returncode == 0, done.stderr[-3000:]
-    held, classes, label, text, sent, same = done.stdout.strip().split("\t")
-    assert int(held) / N <= 1, f"{int(held) / N:.1f} bytes a record held after the open"
-    assert int(classes) == 977 and int(label) == (2 * N - 2) % 977 and text == f"caption {N - 1}" and same == "True"
-    assert int(sent) / N <= 1, f"a worker is sent {int(sent) / N:.1f} bytes a record"
 
 
 def test_a_multi_label_id_beyond_the_class_names_is_a_bad_record_named_and_served_around(tmp_path):
