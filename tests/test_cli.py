@@ -120,3 +120,11 @@ def test_convert_quiet_prints_no_info_lines(tmp_path):
     quiet = run("convert", IMAGEFOLDER, tmp_path / "quiet.h5", "-q")
     assert "INFO" in loud.stderr and quiet.returncode == 0 and "INFO" not in quiet.stderr
     assert "train: 27 samples" in quiet.stdout and "skipped" in quiet.stdout
+
+
+def test_verify_names_a_missing_path_as_missing(tmp_path, capsys):
+    from datapipe.cli.main import main
+
+    assert main(["verify", str(tmp_path / "no such.wds")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"datapipe verify: error: {tmp_path / 'no such.wds'} does not exist"

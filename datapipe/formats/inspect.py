@@ -106,6 +106,8 @@ def verify(path: str | Path, *, progress: bool = True, sha256: str | None = None
     if sha256 is not None:
         check_sha256(path, sha256, progress=progress)
     path = path if is_url(path) else Path(path)
+    if isinstance(path, Path) and not path.exists():
+        raise ValueError(f"{path} does not exist")
     manifest = read_manifest(path)
     if manifest is None:
         raise ValueError(f"{path} has no manifest to verify against; only packed datasets can be verified")
