@@ -67,9 +67,9 @@ class BackendSpec:
                              f"got {shown(self.auto)}")
         if type(self.auto_rank) is not int:
             raise ValueError(f"backend {self.name!r}: auto_rank must be an int, got {shown(self.auto_rank)}")
-        for flag in ("inline_without_workers", "preview"):
-            if type(getattr(self, flag)) is not bool:
-                raise ValueError(f"backend {self.name!r}: {flag} must be True or False, got {shown(getattr(self, flag))}")
+        for flag, value in (("inline_without_workers", self.inline_without_workers), ("preview", self.preview)):
+            if type(value) is not bool:
+                raise ValueError(f"backend {self.name!r}: {flag} must be True or False, got {shown(value)}")
         if self.transforms not in TRANSFORMS:
             raise ValueError(f"backend {self.name!r}: transforms must be one of {TRANSFORMS}, "
                              f"got {shown(self.transforms)}")

@@ -16,8 +16,10 @@ from tests.trainers.served import check_epochs, run_script
 TRAINERS = Path(__file__).parents[1] / "trainers"
 
 
-# None: the workers start as the rank did (spawned; in make test-full and CI)
-@pytest.mark.parametrize("start_method", [pytest.param(None, marks=pytest.mark.full), "fork"])
+# None: the workers start as the rank did (spawned); both in make test-rest and CI: make test reads S3 from ranks
+# whose workers are forked in test_an_s3_dataset_under_accelerate_with_two_workers_per_rank
+@pytest.mark.parametrize("start_method", [pytest.param(None, marks=pytest.mark.full),
+                                          pytest.param("fork", marks=pytest.mark.full)])
 def test_an_s3_dataset_under_lightning_ddp_spawn_with_two_workers_per_rank(s3, packed_wds, tmp_path, start_method):
     if not installed("pytorch_lightning"):  # found, not imported: the ranks import it, not this process
         pytest.skip("pytorch_lightning is not installed")

@@ -46,8 +46,9 @@ def test_lightning_example_trains_on_two_ranks_and_resumes_from_its_checkpoint(p
     assert resumed.name == "epoch=2-step=12.ckpt"
 
 
+# both in make test-rest and CI; make test has Accelerate (test_accelerate.py) and torchrun (tests/train/test_train.py)
 @pytest.mark.parametrize("name, saved", [pytest.param("accelerate_train.py", "epoch-1", marks=pytest.mark.full),
-                                         ("torchrun_train.py", "last.pt")])  # Accelerate in make test: test_accelerate.py
+                                         pytest.param("torchrun_train.py", "last.pt", marks=pytest.mark.full)])
 def test_torchrun_launched_example_trains_on_two_ranks_and_resumes(packed_lmdb, tmp_path, name, saved):
     if name.startswith("accelerate") and not installed("accelerate"):  # found, not imported (as above)
         pytest.skip("accelerate is not installed")

@@ -63,6 +63,7 @@ def test_ddp_spawn_resumes_mid_epoch_and_serves_what_ddp_served(packed_wds, unin
         assert served_after(resumed[rank], 0) == served_after(whole_ddp[rank], MID_STEP)
 
 
+@pytest.mark.full  # make test-rest and CI; a Mix's elastic resume through a trainer is in make test: test_accelerate.py
 def test_a_mix_checkpointed_mid_epoch_on_2_ranks_resumes_on_1_with_each_sample_once(packed_lmdb, packed_wds,
                                                                                    tmp_path, within):
     """Over a Mix (tests/trainers/mixed.py): 2 ddp ranks train to step 6 (epoch 1 after 2 of its 4
