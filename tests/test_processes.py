@@ -22,8 +22,10 @@ time.sleep(600)
 
 def test_a_hang_fails_with_the_stacks_and_kills_a_child_in_a_session_of_its_own(tmp_path):
     pid_file = tmp_path / "child.pid"
-    with deadline(120), pytest.raises(AssertionError, match=r"did not finish in 3 s \(a hang\); the stacks") as caught:
-        run_in_session([sys.executable, "-c", LAUNCHER, str(pid_file)], 3)
+    # 10 s: room for two interpreters to start on a loaded machine before the deadline, so that the launcher
+    # has written the child's pid and installed faulthandler when the SIGABRT comes
+    with deadline(120), pytest.raises(AssertionError, match=r"did not finish in 10 s \(a hang\); the stacks") as caught:
+        run_in_session([sys.executable, "-c", LAUNCHER, str(pid_file)], 10)
     assert "time.sleep(600)" in str(caught.value) or "<module>" in str(caught.value)  # faulthandler's stacks
     assert "Extension modules:" not in str(caught.value)
     child = int(pid_file.read_text())
